@@ -1,0 +1,177 @@
+"""The route / send / receive programming interface for token-level routing algorithms.
+
+Request-centric: an algorithm decides, after every decoding step on a model, where each request goes next.
+Model-centric runtime: every model's subserver runs that model's side of the algorithm (one instance per
+model, `model_index` tells which side). Only token ids and small algorithm fields cross processes.
+
+Life of a token: a model steps a batch, `route()` returns one destination per request (its own index = stay).
+Staying commits the sampled token. A hand-off asks `keeps_token()` whether the sampled token is committed
+(R-Stitch, ensembles) or dropped so the peer regenerates it (R2R, CITER, Co-LLM), then `send()` builds the
+message with only the suffix the peer has not seen, and the peer's `receive()` merges it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import struct
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from tokenrouter.engine.base import Engine, SamplingParams
+from tokenrouter.errors import UserError
+
+
+@dataclass
+class RouterRequest:
+    """One model's local view of a request. Every subserver holds its own copy, kept in sync by messages."""
+
+    rid: str
+    prompt_ids: list[int]
+    output_ids: list[int] = field(default_factory=list)
+    max_new_tokens: int = 256
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0  # routing seed: decisions depend on (seed, position) only, never on batching or timing
+    peer_seen: dict[int, int] = field(default_factory=dict)  # peer index -> sequence length it has seen
+    state: dict[str, Any] = field(default_factory=dict)  # this model's algorithm scratch space
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def position(self) -> int:
+        """Index of the next output token (0 for the first)."""
+        return len(self.output_ids)
+
+    def commit(self, token_id: int) -> None:
+        self.output_ids.append(int(token_id))
+
+    def unseen_by(self, peer: int) -> tuple[int, list[int]]:
+        """(loc, tokens) the peer has not seen yet: the sequence from `loc` on."""
+        loc = min(self.peer_seen.get(peer, 0), self.seq_len)
+        return loc, self.tokens[loc:]
+
+
+@dataclass
+class StepResult:
+    """What route() sees after one step on a model: per request, the forward's results."""
+
+    model_index: int
+    requests: list[RouterRequest]
+    next_tokens: list[int]
+    logits: torch.Tensor | None = None  # [B, vocab] next-token logits
+    hidden: torch.Tensor | None = None  # [B, hidden] last hidden state after the final norm
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+
+@dataclass
+class PeerRequest:
+    """The message a model sends a peer: ids only, never hidden states or KV.
+
+    `token_ids` are the tokens the peer has not seen, starting at sequence index `loc` (the position anchor:
+    the peer truncates to `loc` and appends, so replies carry only the minimal suffix). `prompt_len` lets the
+    peer split prompt from output on first contact. `finished` tells the peer to release the request.
+    """
+
+    rid: str
+    loc: int
+    token_ids: list[int]
+    prompt_len: int
+    finished: bool = False
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "rid": self.rid,
+            "loc": self.loc,
+            "ids": self.token_ids,
+            "plen": self.prompt_len,
+            "fin": self.finished,
+            "f": self.fields,
+        }
+
+    @classmethod
+    def from_wire(cls, d: dict[str, Any]) -> PeerRequest:
+        return cls(d["rid"], d["loc"], list(d["ids"]), d["plen"], d["fin"], dict(d["f"]))
+
+
+class RoutingAlgorithm(ABC):
+    """One model's side of a token-level routing algorithm. Subclass, register, add a YAML: no runtime change."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, model_index: int, model_names: list[str], **params: Any) -> None:
+        self.model_index = model_index
+        self.model_names = list(model_names)
+        self.num_models = len(model_names)
+        if params:
+            raise UserError(f"algorithm {self.name!r}: unknown parameter(s) {sorted(params)}")
+
+    def bind(self, engine: Engine) -> None:
+        """Called once in the subserver process before serving: load router networks onto the engine's device."""
+
+    @abstractmethod
+    def route(self, step: StepResult) -> list[int]:
+        """One destination model index per request; `self.model_index` means stay."""
+
+    def keeps_token(self, req: RouterRequest, peer: int) -> bool:
+        """On a hand-off to `peer`: commit the just-sampled token (True) or drop it for the peer to regenerate."""
+        return False
+
+    def send(self, req: RouterRequest, peer: int) -> PeerRequest:
+        """Build the hand-off message: only the suffix the peer has not seen."""
+        loc, ids = req.unseen_by(peer)
+        return PeerRequest(req.rid, loc, ids, len(req.prompt_ids))
+
+    def receive(self, msg: PeerRequest, req: RouterRequest) -> None:
+        """Merge a peer's message into the local request. Default: accept all tokens."""
+        seq = req.tokens[: msg.loc] + msg.token_ids
+        plen = len(req.prompt_ids)
+        req.output_ids = seq[plen:]
+
+
+def stable_uniform(*key: Any) -> float:
+    """A uniform [0, 1) number that depends only on `key` (stable across processes, runs and batchings)."""
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return struct.unpack("<Q", digest)[0] / 2.0**64
+
+
+_REGISTRY: dict[str, type[RoutingAlgorithm]] = {}
+
+
+def register(cls: type[RoutingAlgorithm]) -> type[RoutingAlgorithm]:
+    """Class decorator: make an algorithm reachable by its `name` (the YAML's `algorithm.name`)."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def algorithm_class(name: str) -> type[RoutingAlgorithm]:
+    """Look up an algorithm by name, importing `tokenrouter.algorithms.<name>` or a dotted module path."""
+    if name not in _REGISTRY:
+        module = name if "." in name else f"tokenrouter.algorithms.{name}"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name and module.startswith(exc.name):
+                raise UserError(f"unknown routing algorithm {name!r} (no module {module})") from None
+            raise
+    if name not in _REGISTRY:
+        matches = [c for n, c in _REGISTRY.items() if n == name.rsplit(".", 1)[-1]]
+        if not matches:
+            raise UserError(f"module for algorithm {name!r} registers no algorithm of that name")
+        return matches[0]
+    return _REGISTRY[name]
+
+
+def build_algorithm(name: str, model_index: int, model_names: list[str], params: dict[str, Any]) -> RoutingAlgorithm:
+    return algorithm_class(name)(model_index, model_names, **params)

@@ -1,0 +1,142 @@
+"""Typed views of the Hydra config: the model set, the algorithm and the runtime switches.
+
+Hydra/OmegaConf gives nested dicts; these dataclasses validate them once, with one clear error naming the
+bad field, so the rest of the code works with plain typed objects (and they travel to subserver processes
+as msgpack-able dicts via `asdict`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from tokenrouter.errors import UserError
+
+ENGINES = ("torch", "sim", "sglang")
+
+
+def _build(cls: type, data: Any, where: str) -> Any:
+    """Construct dataclass `cls` from a mapping, rejecting unknown keys with a message naming `where`."""
+    if data is None:
+        data = {}
+    if hasattr(data, "items"):
+        data = dict(data.items())
+    else:
+        raise UserError(f"{where}: expected a mapping, got {type(data).__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise UserError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise UserError(f"{where}: {exc}") from None
+
+
+@dataclass
+class SimSpec:
+    """Latency profile and token behaviour of a `sim` engine (no weights)."""
+
+    latency_ms: float = 1.0  # base step latency
+    per_request_ms: float = 0.0  # added per request in the batch (affine profile)
+    per_token_ms: float = 0.0  # added per extend/prefill token beyond one per request
+    profile: str | None = None  # JSON from `tokenrouter profile` (overrides the affine fields)
+    vocab_size: int = 32000
+    eos_token_id: int = 2
+    output_tokens: int | None = None  # emit EOS at this output length (None: never, max_new_tokens decides)
+    seed: int = 0
+
+
+@dataclass
+class ModelSpec:
+    """One cooperating model: where its weights come from and how its engine runs."""
+
+    name: str
+    source: str = ""  # HF id, local dir, GGUF file, or `tiny-random:small|large`, `tiny:small|large`
+    engine: str = "torch"
+    dtype: str = "float32"
+    device: str = "cpu"
+    tp: int = 1  # tensor-parallel size (takes effect with the sglang engine)
+    threads: int = 1  # CPU threads for this engine's process
+    kv_tokens: int = 65536  # KV pool size in tokens (or derive from kv_bytes / mem_fraction)
+    kv_bytes: int | None = None
+    mem_fraction: float | None = None
+    page_size: int = 16
+    sim: SimSpec = field(default_factory=SimSpec)
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UserError("models: every model needs a `name`")
+        if self.engine not in ENGINES:
+            raise UserError(f"model {self.name!r}: engine must be one of {ENGINES}, got {self.engine!r}")
+        if isinstance(self.sim, dict) or hasattr(self.sim, "items"):
+            self.sim = _build(SimSpec, self.sim, f"model {self.name!r} sim")
+        if self.engine != "sim" and not self.source:
+            raise UserError(f"model {self.name!r}: `source` is required for engine {self.engine!r}")
+        if self.kv_tokens <= 0 or self.page_size <= 0 or self.threads <= 0 or self.tp <= 0:
+            raise UserError(f"model {self.name!r}: kv_tokens, page_size, threads and tp must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ModelSpec:
+        return _build(cls, data, f"model {dict(data).get('name', '?')!r}" if hasattr(data, "items") else "model")
+
+
+@dataclass
+class AlgorithmSpec:
+    """Which routing algorithm and its parameters (everything but `name` goes to the class)."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> AlgorithmSpec:
+        data = dict(data.items()) if hasattr(data, "items") else {}
+        if "name" not in data:
+            raise UserError("algorithm: missing `name`")
+        name = data.pop("name")
+        return cls(name=str(name), params={k: _plain(v) for k, v in data.items()})
+
+
+@dataclass
+class RuntimeConfig:
+    """Scheduler and runtime switches (the ablation knobs live here)."""
+
+    delayed_batching: bool = True
+    thresholds: Any = "auto"  # "auto" | list per model | list of lists indexed by N-1
+    max_wait_ms: float = 50.0  # a ready request never waits longer than this for its batch to fill
+    max_batch_size: int = 256
+    max_step_tokens: int = 8192
+    ipc: str = "ipc"  # "ipc" (private temp dir) or "tcp"
+    host: str = "127.0.0.1"
+    startup_timeout_s: float = 120.0
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RuntimeConfig:
+        return _build(cls, {k: _plain(v) for k, v in (dict(data.items()) if data else {}).items()}, "runtime")
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf containers to plain Python (msgpack- and dataclass-friendly)."""
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(value, DictConfig | ListConfig):
+            return OmegaConf.to_container(value, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return value
+
+
+def model_specs(models_cfg: Any) -> list[ModelSpec]:
+    """The `models` config group -> ordered specs (entry model first), names unique."""
+    members = _plain(models_cfg.get("members") if hasattr(models_cfg, "get") else None)
+    if not members:
+        raise UserError("models: config needs a non-empty `members` list (entry model first)")
+    specs = [ModelSpec.from_dict(m) for m in members]
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise UserError(f"models: names must be unique, got {names}")
+    return specs

@@ -1,0 +1,92 @@
+"""The interface every model engine implements, so the runtime, baselines and tools never see model details.
+
+An engine serves many requests at once and keeps each request's KV cache between steps: a request can be
+parked (another model generates for it) and resumed later by an extend over the suffix it missed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling. temperature == 0 means greedy. A seed makes sampling reproducible per position,
+    independent of how requests are batched."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass
+class StepItem:
+    """One request's share of a step: the new tokens to append to its KV (prefill, decode or extend)."""
+
+    rid: str
+    token_ids: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+
+@dataclass
+class StepOutput:
+    """Per request (in the order of the step's items): next-token logits and last hidden state of the last
+    position, and the sampled next token. `logits`/`hidden` are None for engines without weights (sim)."""
+
+    rids: list[str]
+    next_tokens: list[int]
+    logits: torch.Tensor | None = None  # [B, vocab]
+    hidden: torch.Tensor | None = None  # [B, hidden], after the final norm
+
+
+class Engine(ABC):
+    """A model that serves many requests at once with a KV cache per request."""
+
+    name: str
+    eos_token_ids: tuple[int, ...] = ()
+    vocab_size: int = 0
+    hidden_size: int = 0
+    device: torch.device = torch.device("cpu")
+
+    @abstractmethod
+    def step(self, items: list[StepItem]) -> StepOutput:
+        """Append each item's tokens to its request's KV in ONE forward over the mixed batch; sample one token each."""
+
+    @abstractmethod
+    def release(self, rid: str) -> None:
+        """Forget a request and return its KV pages. Unknown ids are ignored."""
+
+    @abstractmethod
+    def truncate(self, rid: str, length: int) -> None:
+        """Roll a request's KV back to its first `length` tokens."""
+
+    @abstractmethod
+    def seq_len(self, rid: str) -> int:
+        """Tokens of `rid` held in the KV cache (0 for an unknown request)."""
+
+    @abstractmethod
+    def tokens_free(self) -> int:
+        """KV slots that new tokens can still take."""
+
+    @abstractmethod
+    def tokens_used(self) -> int:
+        """KV slots in use."""
+
+    def can_fit(self, rid: str, num_new_tokens: int) -> bool:
+        """Whether appending `num_new_tokens` to `rid` fits in the free KV (conservative for paged pools)."""
+        return num_new_tokens <= self.tokens_free()
+
+    def input_embeddings(self) -> torch.nn.Embedding | None:
+        """The model's input token embedding (routers such as R2R's embed the predicted token with it)."""
+        return None
+
+    def close(self) -> None:
+        """Free resources. Safe to call twice."""

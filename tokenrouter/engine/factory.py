@@ -1,0 +1,21 @@
+"""Build the engine a ModelSpec asks for (imports are lazy so a sim-only run never loads transformers)."""
+
+from __future__ import annotations
+
+from tokenrouter.config import ModelSpec
+from tokenrouter.engine.base import Engine
+from tokenrouter.errors import UserError
+
+
+def build_engine(spec: ModelSpec) -> Engine:
+    if spec.engine == "torch":
+        from tokenrouter.engine.torch_engine import TorchEngine
+
+        return TorchEngine.from_spec(spec)
+    if spec.engine == "sim":
+        from tokenrouter.engine.sim import SimEngine
+
+        return SimEngine.from_spec(spec)
+    if spec.engine == "sglang":
+        raise UserError(f"model {spec.name!r}: the sglang engine is not implemented yet; use engine=torch")
+    raise UserError(f"model {spec.name!r}: unknown engine {spec.engine!r}")
