@@ -66,3 +66,20 @@ def test_config_validation_names_the_bad_field() -> None:
     assert AlgorithmSpec.from_dict({"name": "r2r", "threshold": 0.4}).params == {"threshold": 0.4}
     with pytest.raises(UserError, match="runtime"):
         RuntimeConfig.from_dict({"max_wait": 1})
+
+
+def test_latency_profile_forms(tmp_path) -> None:
+    import json
+
+    from tokenrouter.engine.latency import LatencyProfile
+
+    assert LatencyProfile.constant(6.0).step_ms(4) == 6.0
+    affine = LatencyProfile(base_ms=2.0, per_request_ms=0.5, per_token_ms=0.1)
+    assert affine.step_ms(4, new_tokens=14) == 2.0 + 2.0 + 1.0
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"decode_ms": {"1": 1.0, "4": 2.5, "8": 4.5}, "extend_ms_per_token": 0.01}))
+    table = LatencyProfile.from_json(path)
+    assert table.decode_ms(2) == 1.5 and table.decode_ms(16) == 8.5 and table.decode_ms(1) == 1.0
+    path.write_text("{}")
+    with pytest.raises(UserError, match="not a `tokenrouter profile` JSON"):
+        LatencyProfile.from_json(path)

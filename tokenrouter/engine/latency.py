@@ -1,0 +1,65 @@
+"""Step-latency profiles: L(batch size, new tokens) for the sim engine and the throughput model.
+
+Three forms, one class: a constant, an affine fit, or a table measured by `tokenrouter profile`, whose JSON is
+  {"model": str, "device": str, "dtype": str, "context": int,
+   "decode_ms": {"1": ms, "2": ms, ...},        # median decode-step latency per batch size
+   "extend_ms_per_token": ms}                    # extra cost per prefill/extend token beyond one per request
+Batch sizes between table entries are interpolated linearly; beyond the table, extrapolated from the last two.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenrouter.errors import UserError
+
+
+@dataclass(frozen=True)
+class LatencyProfile:
+    base_ms: float = 0.0
+    per_request_ms: float = 0.0
+    per_token_ms: float = 0.0  # per new token beyond one per request (extend / prefill cost)
+    table: tuple[tuple[int, float], ...] = field(default=())  # sorted (batch size, decode ms)
+
+    def decode_ms(self, batch_size: int) -> float:
+        """Latency of a pure decode step (one new token per request)."""
+        if batch_size <= 0:
+            return 0.0
+        if not self.table:
+            return self.base_ms + self.per_request_ms * batch_size
+        sizes = [b for b, _ in self.table]
+        if len(self.table) == 1:
+            return self.table[0][1]
+        if batch_size <= sizes[0]:
+            return self.table[0][1]
+        for (b0, l0), (b1, l1) in zip(self.table, self.table[1:], strict=False):
+            if batch_size <= b1:
+                return l0 + (l1 - l0) * (batch_size - b0) / (b1 - b0)
+        (b0, l0), (b1, l1) = self.table[-2], self.table[-1]
+        return l1 + (l1 - l0) * (batch_size - b1) / (b1 - b0)
+
+    def step_ms(self, batch_size: int, new_tokens: int | None = None) -> float:
+        """Latency of a step of `batch_size` requests appending `new_tokens` tokens in all."""
+        extra = max(0, (new_tokens if new_tokens is not None else batch_size) - batch_size)
+        return self.decode_ms(batch_size) + self.per_token_ms * extra
+
+    @classmethod
+    def constant(cls, ms: float) -> LatencyProfile:
+        return cls(base_ms=float(ms))
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> LatencyProfile:
+        p = Path(path)
+        if not p.is_file():
+            raise UserError(f"latency profile not found: {p}")
+        try:
+            data = json.loads(p.read_text())
+            table = tuple(sorted((int(b), float(ms)) for b, ms in data["decode_ms"].items()))
+            per_token = float(data.get("extend_ms_per_token", 0.0))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UserError(f"latency profile {p}: not a `tokenrouter profile` JSON ({exc})") from None
+        if not table or any(b <= 0 or ms < 0 for b, ms in table):
+            raise UserError(f"latency profile {p}: `decode_ms` needs positive batch sizes and latencies")
+        return cls(per_token_ms=per_token, table=table)
