@@ -46,3 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tokenrouter {name}: interrupted", file=sys.stderr)
         return 130
+
+
+_register("generate", "tokenrouter.cli.generate")
+_register("profile", "tokenrouter.cli.profile")
+_register("report", "tokenrouter.cli.report")

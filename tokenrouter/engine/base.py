@@ -34,6 +34,7 @@ class StepItem:
     rid: str
     token_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    prompt_len: int = 0  # the request's prompt length (weightless engines place EOS by output position)
 
 
 @dataclass

@@ -1,0 +1,22 @@
+"""The paper's published figures that reports print next to ours (GPU anchors: not reproducible on CPU).
+
+Restated from ../shared/PAPER.md (tests check they still match it when that file is present).
+"""
+
+from __future__ import annotations
+
+# Table 3, R2R vs TokenRouter decoding throughput (tok/s, N=4), keyed by "small/large" model sizes.
+TABLE3: dict[str, tuple[float, float, float]] = {
+    "0.6B/8B": (105.1, 336.98, 3.21),
+    "0.6B/32B": (77.08, 197.40, 2.56),
+    "1.7B/8B": (103.37, 285.41, 2.76),
+    "4B/8B": (106.67, 211.81, 1.99),
+}
+
+# Ablation (tok/s at N = 8 / 4 / 1).
+ABLATION: dict[str, dict[int, float]] = {
+    "full": {8: 372.48, 4: 210.61, 1: 73.02},
+    "w/o delayed batching": {8: 296.86, 4: 161.26, 1: 73.02},
+    "w/o delayed batching, w/o async": {8: 230.79, 4: 143.88, 1: 73.02},
+    "official R2R": {8: 134.89, 4: 73.27, 1: 36.17},
+}

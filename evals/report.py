@@ -1,0 +1,215 @@
+"""Reports from a table of runs (`evals.results.load_results`): Table 3, the Pareto plot, threshold validation,
+the ablation table, the concurrency plot and query-level routing metrics.
+
+Each report is written only when the runs hold what it needs (e.g. Table 3 needs TokenRouter and an R2R
+baseline on the same model pair), so one command over any set of run dirs does the right thing. When runs
+carry an `experiment` name (set by the conf/experiment configs), a report uses the runs of its own experiment
+if there are any, else the untagged runs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from evals import paper
+from evals.metrics import apgr, cpt
+
+THROUGHPUT = "throughput_tok_s"
+PER_REQUEST = "per_request_throughput_tok_s"
+BASELINES = {"lockstep": "R2R lockstep", "official_r2r": "R2R official"}
+
+
+def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
+    """Every report the runs support, under `out`; returns the files written (runs.csv always)."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "runs.csv"]
+    df.to_csv(written[0], index=False)
+    from evals import plots  # matplotlib only when there is something to draw
+
+    reports: list[Callable[[pd.DataFrame, Path], list[Path]]] = [
+        table3,
+        plots.pareto_plot,
+        plots.threshold_validation_plot,
+        ablation,
+        plots.concurrency_plot,
+        query_level,
+    ]
+    for report in reports:
+        written += report(df, out)
+    return written
+
+
+def select(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """The runs of `experiment` (also its parts: `pareto` takes pareto_amc23, pareto_amc23_single, ...) when
+    there are any, else the untagged runs (ad-hoc `bench` runs): runs of another experiment (e.g. a threshold
+    sweep at several N) never leak into this report."""
+    if "experiment" not in df:
+        return df
+    names = df["experiment"].astype("string")
+    tagged = (names == experiment) | names.str.startswith(experiment + "_")
+    tagged = tagged.fillna(False).astype(bool)
+    return df[tagged] if tagged.any() else df[df["experiment"].isna()]
+
+
+def has(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The rows where all `columns` exist and are not null."""
+    if any(c not in df for c in columns):
+        return df.iloc[0:0]
+    return df.dropna(subset=list(columns))
+
+
+def series_label(row: pd.Series) -> str:
+    """How a run is named in legends: the system, plus the algorithm or single model that sets it apart."""
+    system = str(row.get("system"))
+    if system == "single":
+        return f"{row.get('system_model')}-only"
+    if system == "query_routing":
+        return "query-level routing"
+    if system in ("tokenrouter", "lockstep", "std_serving") and pd.notna(row.get("algorithm")):
+        return f"{system} ({row.get('algorithm')})"
+    return system
+
+
+def pair_label(models: object) -> str:
+    """ "qwen3-0.6b-8b" -> "0.6B/8B" (the paper's naming); other model sets keep their name."""
+    match = re.search(r"(\d+(?:\.\d+)?)b-(\d+(?:\.\d+)?)b$", str(models))
+    return f"{match.group(1)}B/{match.group(2)}B" if match else str(models)
+
+
+def write_table(table: pd.DataFrame, out: Path, stem: str, caption: str) -> list[Path]:
+    """A table as Markdown, CSV and LaTeX."""
+    paths = [out / f"{stem}.md", out / f"{stem}.csv", out / f"{stem}.tex"]
+    paths[0].write_text(f"{caption}\n\n{to_markdown(table)}\n", encoding="utf-8")
+    table.to_csv(paths[1], index=False)
+    latex = table.to_latex(
+        index=False, float_format="%.2f", na_rep="--", caption=caption, label=f"tab:{stem}"
+    )
+    paths[2].write_text(latex, encoding="utf-8")
+    return paths
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    def cell(v: object) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "--"
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
+
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def table3(df: pd.DataFrame, out: Path) -> list[Path]:
+    """R2R (lockstep / official) vs TokenRouter throughput per model pair and N, next to the paper's Table 3."""
+    runs = has(select(df, "table3"), "system", "models", THROUGHPUT)
+    means = runs.groupby(["models", "concurrency", "system"], dropna=False)[THROUGHPUT].mean()
+    rows = []
+    for models, n in sorted({(m, c) for m, c, _ in means.index}, key=str):
+        got = {s: means.get((models, n, s)) for s in ("tokenrouter", *BASELINES)}
+        if got["tokenrouter"] is None or all(got[s] is None for s in BASELINES):
+            continue
+        label = pair_label(models)
+        ref = paper.TABLE3.get(label, (None, None, None))
+        row = {"pair": label, "N": n}
+        for system, name in BASELINES.items():
+            row[f"{name} tok/s"] = got[system]
+        row["TokenRouter tok/s"] = got["tokenrouter"]
+        for system, name in BASELINES.items():
+            row[f"gain vs {name.split()[1]}"] = got["tokenrouter"] / got[system] if got[system] else None
+        row.update({"paper R2R tok/s": ref[0], "paper TokenRouter tok/s": ref[1], "paper gain": ref[2]})
+        rows.append(row)
+    if not rows:
+        return []
+    caption = "Table 3: R2R vs TokenRouter decoding throughput (tok/s); paper figures at N=4 on GPUs."
+    return write_table(pd.DataFrame(rows), out, "table3", caption)
+
+
+# conf/ablation/<variant>.yaml names -> the paper's row labels (the lock-step driver is neither asynchronous
+# nor delayed-batching)
+ABLATION_LABELS = {
+    "full": "full",
+    "no_delayed_batching": "w/o delayed batching",
+    "lockstep": "w/o delayed batching, w/o async",
+}
+
+
+def ablation_variant(row: pd.Series) -> str:
+    """A run's ablation row label, matching the paper's rows where it can."""
+    if isinstance(row.get("variant"), str):
+        return ABLATION_LABELS.get(row["variant"], row["variant"])
+    system = row.get("system")
+    if system == "official_r2r":
+        return "official R2R"
+    if system == "lockstep":
+        return ABLATION_LABELS["lockstep"]
+    if system != "tokenrouter":
+        return series_label(row)
+    return ABLATION_LABELS["full" if row.get("delayed_batching") is not False else "no_delayed_batching"]
+
+
+def ablation(df: pd.DataFrame, out: Path) -> list[Path]:
+    """Throughput per variant (rows) and N (columns, as the paper: largest N first), paper figures alongside."""
+    runs = has(select(df, "ablation"), "system", "concurrency", THROUGHPUT).copy()
+    if runs.empty:
+        return []
+    runs["variant"] = runs.apply(ablation_variant, axis=1)
+    if runs["variant"].nunique() < 2:
+        return []
+    table = runs.pivot_table(index="variant", columns="concurrency", values=THROUGHPUT, aggfunc="mean")
+    table = table[sorted(table.columns, reverse=True)]
+    table.columns = [f"N={int(n)} tok/s" for n in table.columns]
+    order = [*paper.ABLATION]  # the paper's row order, other variants after
+    table = table.reset_index().sort_values("variant", key=lambda v: v.map(lambda x: (order + [x]).index(x)))
+    for n in sorted({int(c.split("=")[1].split()[0]) for c in table.columns[1:]}, reverse=True):
+        table[f"paper N={n}"] = [paper.ABLATION.get(v, {}).get(n) for v in table["variant"]]
+    return write_table(
+        table, out, "ablation", "Ablation: decoding throughput (tok/s) per variant and concurrency N."
+    )
+
+
+def query_level(df: pd.DataFrame, out: Path) -> list[Path]:
+    """APGR and CPT(50%) per routing method, against the weak-only and strong-only accuracies of the same
+    workload and model set (from `system=single` runs). The strong share is the last model's token share."""
+    runs = has(df, "system", "accuracy", "large_token_share")
+    rows, curves = [], []
+    for (workload, models), group in runs.groupby(["workload", "models"], dropna=False):
+        single = group[group["system"] == "single"]
+        weak = single[single["large_token_share"] == 0.0]["accuracy"].mean()
+        strong = single[single["large_token_share"] == 1.0]["accuracy"].mean()
+        if pd.isna(weak) or pd.isna(strong):
+            continue
+        routed = group[group["system"] != "single"].copy()
+        routed["series"] = routed.apply(series_label, axis=1)
+        for series, points in routed.groupby("series"):
+            pts = list(zip(points["large_token_share"], points["accuracy"], strict=True))
+            level = "query" if series == "query-level routing" else "token"
+            rows.append(
+                {
+                    "workload": workload,
+                    "models": models,
+                    "method": series,
+                    "routing": level,
+                    "points": len(pts),
+                    "weak acc": weak,
+                    "strong acc": strong,
+                    "APGR": apgr(pts, weak, strong),
+                    "CPT(50%)": cpt(pts, weak, strong, 0.5),
+                }
+            )
+            curves += [
+                {"workload": workload, "models": models, "method": series, "share": s, "accuracy": a}
+                for s, a in pts
+            ]
+    if not rows:
+        return []
+    from evals.plots import query_level_plot
+
+    caption = "Query-level metrics: APGR and CPT(50%) (strong-model share needed for half the quality gap)."
+    return write_table(pd.DataFrame(rows), out, "query_level", caption) + query_level_plot(
+        pd.DataFrame(rows), pd.DataFrame(curves), out
+    )

@@ -1,0 +1,84 @@
+"""Run summaries on hand-built results, the Wilson interval, and RouteLLM-style APGR / CPT."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from evals.metrics import apgr, cpt, summarize, wilson_interval
+from tokenrouter.results import GenerationResult
+
+
+def result(
+    index: int, n_out: int, arrival: float, first: float | None, finish: float, **kw: object
+) -> GenerationResult:
+    return GenerationResult(
+        index=index,
+        prompt_ids=[5] * 10,
+        output_ids=[7] * n_out,
+        finish_reason=kw.pop("finish_reason", "stop"),
+        arrival_s=arrival,
+        first_token_s=first,
+        finish_s=finish,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_summarize_hand_built() -> None:
+    results = [
+        result(0, 100, 0.0, 0.5, 2.0, tokens_per_model={"small": 80, "large": 20}, handoffs=4),
+        result(1, 50, 1.0, 1.2, 2.0, tokens_per_model={"small": 50}, handoffs=0, extra={"router_calls": 50}),
+        result(2, 10, 0.0, None, 4.0, finish_reason="error", error="boom", tokens_per_model={"small": 10}),
+    ]
+    s = summarize(results, elapsed_s=4.0, model_names=["small", "large"], correct=[True, False, False])
+    assert s["num_requests"] == 3 and s["errors"] == 1
+    assert s["output_tokens"] == 160 and s["prompt_tokens"] == 30
+    assert s["throughput_tok_s"] == pytest.approx(40.0)  # 160 tokens / 4 s
+    assert s["per_request_throughput_tok_s"] == pytest.approx((100 / 2.0 + 50 / 1.0) / 2)  # errors left out
+    assert s["mean_latency_s"] == pytest.approx(1.5) and s["p50_latency_s"] == pytest.approx(1.5)
+    assert s["p99_latency_s"] == pytest.approx(1.99)
+    assert s["mean_ttft_s"] == pytest.approx((0.5 + 0.2) / 2)
+    assert s["tokens_per_model"] == {"small": 140, "large": 20}
+    assert s["token_share"]["large"] == pytest.approx(20 / 160) and s["large_token_share"] == pytest.approx(
+        0.125
+    )
+    assert s["handoffs_per_request"] == pytest.approx(4 / 3)
+    assert s["router_calls_per_request"] == 50
+    assert s["finish_reasons"] == {"error": 1, "stop": 2}
+    assert (s["num_graded"], s["num_correct"], s["accuracy"]) == (3, 1, pytest.approx(1 / 3))
+    assert 0 < s["accuracy_ci95_low"] < 1 / 3 < s["accuracy_ci95_high"] < 1
+    json.dumps(s, allow_nan=False)  # summary.json stays strict JSON
+
+
+def test_summarize_without_grading_or_results() -> None:
+    s = summarize([], elapsed_s=0.0, model_names=["m"])
+    assert s["throughput_tok_s"] is None and s["mean_latency_s"] is None and "accuracy" not in s
+    assert summarize([], 1.0, ["m"], correct=[])["accuracy"] is None
+    with pytest.raises(ValueError, match="2 entries for 1 results"):
+        summarize([result(0, 1, 0, 0.1, 1)], 1.0, ["m"], correct=[True, False])
+
+
+def test_wilson_interval() -> None:
+    low, high = wilson_interval(8, 10)
+    assert low == pytest.approx(0.4902, abs=1e-3) and high == pytest.approx(0.9433, abs=1e-3)
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))
+
+
+def test_apgr_and_cpt() -> None:
+    weak, strong = 0.4, 0.8
+    # the random-mix line (accuracy linear in share) recovers half the gap on average, CPT(50%) at share 0.5
+    line = [(0.25, 0.5), (0.5, 0.6), (0.75, 0.7)]
+    assert apgr(line, weak, strong) == pytest.approx(0.5)
+    assert cpt(line, weak, strong) == pytest.approx(0.5)
+    # a router that reaches the strong accuracy at 20% strong calls
+    good = [(0.1, 0.7), (0.2, 0.8), (0.6, 0.8)]
+    # area under (0,.4) (.1,.7) (.2,.8) (.6,.8) (1,.8) = .055 + .075 + .32 + .32 = .77 -> (.77 - .4) / .4
+    assert apgr(good, weak, strong) == pytest.approx(0.925)
+    assert cpt(good, weak, strong, 0.5) == pytest.approx(
+        0.1 * 0.2 / 0.3
+    )  # interpolated: 0.6 reached on 0->0.1
+    assert cpt(good, weak, strong, 0.75) == pytest.approx(0.1)
+    assert math.isnan(apgr(good, 0.5, 0.5)) and math.isnan(cpt(good, 0.5, 0.5))

@@ -1,0 +1,309 @@
+"""Result store and reports on run dirs written here (the layout `tokenrouter bench` leaves behind)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from evals import paper
+from evals.plots import pareto_frontier
+from evals.report import write_reports
+from evals.results import find_run_dirs, load_requests, load_results
+from tokenrouter.cli import main
+from tokenrouter.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_run(root: Path, name: str, *, hydra: bool = True, summary: dict, **cfg: object) -> Path:
+    """A run dir: resolved config, summary.json and a one-line requests.jsonl."""
+    run = root / name
+    (run / ".hydra" if hydra else run).mkdir(parents=True)
+    config = {
+        "models": {
+            "name": cfg.pop("models", "tiny-random"),
+            "members": [{"name": "small"}, {"name": "large"}],
+        },
+        "algorithm": {"name": cfg.pop("algorithm", "r2r"), "threshold": cfg.pop("router_threshold", 0.5)},
+        "system": {"name": cfg.pop("system", "tokenrouter"), **cfg.pop("system_fields", {})},
+        "workload": {
+            "name": cfg.pop("workload", "synthetic"),
+            "output_tokens": 8,
+            "max_new_tokens": "${.output_tokens}",
+        },
+        "runtime": {
+            "thresholds": cfg.pop("thresholds", "auto"),
+            "delayed_batching": cfg.pop("delayed_batching", True),
+        },
+        "concurrency": cfg.pop("concurrency", 4),
+        "seed": 0,
+        **cfg,
+    }
+    OmegaConf.save(OmegaConf.create(config), run / (".hydra/config.yaml" if hydra else "config.yaml"))
+    (run / "summary.json").write_text(json.dumps({"model_names": ["small", "large"], **summary}))
+    (run / "requests.jsonl").write_text(
+        json.dumps({"index": 0, "output_ids": [1, 2], "latency_s": 0.5}) + "\n"
+    )
+    return run
+
+
+def thr(value: float, **extra: object) -> dict:
+    return {"throughput_tok_s": value, **extra}
+
+
+def graded(per_request: float, accuracy: float, share: float) -> dict:
+    return {
+        "throughput_tok_s": per_request * 4,
+        "per_request_throughput_tok_s": per_request,
+        "accuracy": accuracy,
+        "accuracy_ci95_low": accuracy - 0.1,
+        "accuracy_ci95_high": min(accuracy + 0.1, 1.0),
+        "large_token_share": share,
+        "token_share": {"small": 1 - share, "large": share},
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    table3 = root / "table3"
+    for models, (lock, off, tr) in {
+        "qwen3-0.6b-8b": (90.0, 60.0, 300.0),
+        "tiny-random": (20.0, None, 50.0),
+    }.items():
+        make_run(table3, f"{models}-tr", models=models, experiment="table3", summary=thr(tr))
+        make_run(
+            table3, f"{models}-lock", models=models, system="lockstep", experiment="table3", summary=thr(lock)
+        )
+        if off is not None:
+            make_run(
+                table3,
+                f"{models}-off",
+                models=models,
+                system="official_r2r",
+                experiment="table3",
+                summary=thr(off),
+            )
+    pareto = root / "pareto"
+    common = {"workload": "amc23", "experiment_name": "pareto_amc23"}
+    single = {"workload": "amc23", "experiment_name": "pareto_amc23_single", "system": "single"}
+    make_run(pareto, "weak", system_fields={"model": "small"}, summary=graded(40, 0.30, 0.0), **single)
+    make_run(pareto, "strong", system_fields={"model": "large"}, summary=graded(8, 0.70, 1.0), **single)
+    for i, (speed, acc, share) in enumerate(
+        [(30, 0.50, 0.1), (25, 0.62, 0.2), (20, 0.60, 0.35), (15, 0.68, 0.5)]
+    ):
+        make_run(pareto, f"tr{i}", router_threshold=0.1 * i, summary=graded(speed, acc, share), **common)
+        make_run(pareto, f"lock{i}", system="lockstep", summary=graded(speed / 3, acc, share), **common)
+    for i, share in enumerate([0.25, 0.5, 0.75]):
+        make_run(
+            pareto,
+            f"q{i}",
+            system="query_routing",
+            system_fields={"strong_share": share},
+            summary=graded(40 - 30 * share, 0.3 + 0.4 * share, share),
+            **common,
+        )
+    validation = root / "validation"
+    for n in (2, 3):
+        for b in (1, 2, 3):
+            measured, predicted = 100 + 10 * n - 5 * (b - 2) ** 2, 105 + 10 * n - 6 * (b - 2) ** 2
+            make_run(
+                validation,
+                f"n{n}b{b}",
+                models="sim-r2r",
+                thresholds=[1, b],
+                concurrency=n,
+                hydra=False,
+                experiment="threshold_validation",
+                summary=thr(measured, predicted_throughput_tok_s=predicted),
+            )
+    ablation = root / "ablation"
+    for n in (1, 4, 8):
+        make_run(ablation, f"full{n}", concurrency=n, experiment="ablation", summary=thr(30.0 * n))
+        make_run(
+            ablation,
+            f"nodb{n}",
+            concurrency=n,
+            delayed_batching=False,
+            experiment="ablation",
+            summary=thr(25.0 * n),
+        )
+        make_run(
+            ablation,
+            f"off{n}",
+            concurrency=n,
+            system="official_r2r",
+            experiment="ablation",
+            summary=thr(10.0 * n),
+        )
+        make_run(
+            ablation,
+            f"lock{n}",
+            concurrency=n,
+            system="lockstep",
+            ablation_variant="lockstep",
+            experiment="ablation",
+            summary=thr(20.0 * n),
+        )
+    sweep = root / "concurrency"
+    for n in (1, 2, 4, 8, 16):
+        for system, scale in (("tokenrouter", 1.0), ("lockstep", 0.5)):
+            make_run(
+                sweep,
+                f"{system}{n}",
+                system=system,
+                concurrency=n,
+                experiment="concurrency_sweep",
+                summary=thr(50 * scale * n**0.8, per_request_throughput_tok_s=50 * scale * n**-0.2),
+            )
+    return root
+
+
+def test_result_store(runs: Path) -> None:
+    df = load_results([runs / "table3", runs / "validation"])
+    assert len(df) == 5 + 6 == len(find_run_dirs([runs / "table3", runs / "validation"]))
+    row = df[df["run_dir"].str.endswith("qwen3-0.6b-8b-off")].iloc[0]
+    assert (row["system"], row["algorithm"], row["models"], row["concurrency"]) == (
+        "official_r2r",
+        "r2r",
+        "qwen3-0.6b-8b",
+        4,
+    )
+    assert row["cfg.workload.max_new_tokens"] == 8  # interpolations resolved
+    assert json.loads(row["cfg.models.members"])[1]["name"] == "large"
+    v = df[df["models"] == "sim-r2r"]
+    assert set(v["threshold_large"]) == {1.0, 2.0, 3.0} and v["thresholds"].iloc[0].startswith("[1, ")
+    assert len(load_requests(row["run_dir"])) == 1
+    with pytest.raises(UserError, match="no run directories"):
+        load_results([runs / "table3" / "tiny-random-tr" / ".hydra"])
+    with pytest.raises(UserError, match="does not exist"):
+        load_results([runs / "missing"])
+
+
+def test_reports(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    written = write_reports(load_results([runs]), out)
+    names = {p.name for p in written}
+    expected = {
+        "runs.csv",
+        "table3.md",
+        "table3.csv",
+        "table3.tex",
+        "pareto_amc23.png",
+        "pareto_amc23.pdf",
+        "threshold_validation.png",
+        "threshold_validation.pdf",
+        "threshold_validation.csv",
+        "ablation.md",
+        "concurrency.png",
+        "concurrency.csv",
+        "query_level.md",
+        "query_level.png",
+    }
+    assert expected <= names
+    assert all(p.is_file() and p.stat().st_size > 0 for p in written)
+
+    t3 = pd.read_csv(out / "table3.csv")
+    big = t3[t3["pair"] == "0.6B/8B"].iloc[0]
+    assert big["TokenRouter tok/s"] == 300 and big["gain vs lockstep"] == pytest.approx(300 / 90)
+    assert big["gain vs official"] == pytest.approx(5.0) and big["paper TokenRouter tok/s"] == 336.98
+    tiny = t3[t3["pair"] == "tiny-random"].iloc[0]
+    assert pd.isna(tiny["R2R official tok/s"]) and pd.isna(tiny["paper gain"])
+    assert (
+        "0.6B/8B" in (out / "table3.md").read_text()
+        and "\\begin{tabular}" in (out / "table3.tex").read_text()
+    )
+
+    ab = pd.read_csv(out / "ablation.csv").set_index("variant")
+    assert ab.loc["w/o delayed batching", "N=8 tok/s"] == 200 and ab.loc["full", "paper N=8"] == 372.48
+    assert (
+        ab.loc["w/o delayed batching, w/o async", "N=4 tok/s"] == 80
+        and ab.loc["official R2R", "N=1 tok/s"] == 10
+    )
+    assert ab.loc["w/o delayed batching, w/o async", "paper N=4"] == 143.88
+    assert list(ab.columns[:3]) == ["N=8 tok/s", "N=4 tok/s", "N=1 tok/s"]
+
+    tv = pd.read_csv(out / "threshold_validation.csv")
+    assert len(tv) == 6 and tv["rel_error"].abs().max() < 0.1
+
+    conc = pd.read_csv(out / "concurrency.csv")
+    tr16 = conc[(conc["series"] == "tokenrouter (r2r)") & (conc["concurrency"] == 16)].iloc[0]
+    assert tr16["throughput_scale"] == pytest.approx(16**0.8) and tr16["per_request_kept"] == pytest.approx(
+        16**-0.2
+    )
+
+    ql = pd.read_csv(out / "query_level.csv").set_index("method")
+    assert ql.loc["query-level routing", "APGR"] == pytest.approx(0.5)  # points on the random-mix line
+    assert (
+        ql.loc["query-level routing", "routing"] == "query"
+        and ql.loc["tokenrouter (r2r)", "routing"] == "token"
+    )
+    assert ql.loc["tokenrouter (r2r)", "APGR"] > 0.5 and ql.loc["tokenrouter (r2r)", "CPT(50%)"] < 0.5
+
+    pareto = pd.read_csv(out / "pareto_amc23.csv")
+    assert set(pareto["series"]) >= {
+        "tokenrouter (r2r)",
+        "lockstep (r2r)",
+        "query-level routing",
+        "small-only",
+    }
+
+
+def test_reports_only_what_runs_support(runs: Path, tmp_path: Path) -> None:
+    written = {p.name for p in write_reports(load_results([runs / "validation"]), tmp_path)}
+    assert written == {
+        "runs.csv",
+        "threshold_validation.csv",
+        "threshold_validation.png",
+        "threshold_validation.pdf",
+    }
+
+
+def test_pareto_frontier() -> None:
+    pts = pd.DataFrame({"x": [1, 2, 3, 4, 2.5], "y": [0.9, 0.8, 0.85, 0.5, 0.7]})
+    assert pareto_frontier(pts, "x", "y")[["x", "y"]].values.tolist() == [[1, 0.9], [3, 0.85], [4, 0.5]]
+
+
+def test_cli_report(runs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tokenrouter", "report", str(runs / "table3"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "5 runs" in proc.stdout and str(out / "table3.md") in proc.stdout and (out / "table3.tex").is_file()
+    )
+
+
+def test_cli_report_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err
+    assert main(["report", str(tmp_path)]) == 2  # exists, but holds no run
+    assert "no run directories found" in capsys.readouterr().err
+    assert main(["report"]) == 2
+
+
+def test_paper_figures_match_paper_md() -> None:
+    """The restated Table 3 figures equal ../shared/PAPER.md's (when the checkout has it beside it)."""
+    path = ROOT.parent / "shared" / "PAPER.md"
+    if not path.is_file():
+        pytest.skip("shared/PAPER.md not beside this checkout")
+    text = path.read_text()
+    line = text[text.index("- Table 3") :].split("\n- ")[0]  # the bullet with its continuation lines
+    found = {
+        pair: (float(a), float(b), float(g))
+        for pair, a, b, g in re.findall(r"(\d+(?:\.\d+)?B/\d+B) ([\d.]+) vs ([\d.]+) \(([\d.]+)x\)", line)
+    }
+    assert found == paper.TABLE3

@@ -1,0 +1,117 @@
+"""Load a decoder-only model and its tokenizer from wherever the config says it lives.
+
+Sources: a local Hugging Face directory (safetensors), a GGUF file (transformers dequantizes it), a Hub id
+(when the Hub is reachable), `tiny-random:small|large` (built from a seed, cached) and `tiny:small|large` (the
+trained local pair). Every failure becomes one UserError line naming the source: a run that is
+misconfigured should say so, not print a transformers traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.errors import UserError
+
+DTYPES = ("float32", "float16", "bfloat16")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class ResolvedSource:
+    """Where from_pretrained should look: a directory or Hub id, plus the GGUF file name inside it if any."""
+
+    location: str
+    gguf_file: str | None = None
+    is_local: bool = True
+
+
+def resolve_source(source: str) -> ResolvedSource:
+    """Map a config `source` string to a from_pretrained location, building built-in models on demand."""
+    if not source:
+        raise UserError("model source is empty")
+    if source.startswith("tiny-random:"):
+        from tokenrouter.models.tiny_random import tiny_random_path
+
+        return ResolvedSource(str(tiny_random_path(source.split(":", 1)[1])))
+    if source.startswith("tiny:"):
+        try:
+            from tokenrouter.models.pair import member_path
+        except ImportError:
+            raise UserError(f"{source}: the trained tiny pair is not available in this install") from None
+        return ResolvedSource(str(member_path(source.split(":", 1)[1])))
+    path = Path(source).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise UserError(f"model file {path} is not a .gguf file; give a model directory or a GGUF file")
+        return ResolvedSource(str(path.resolve().parent), gguf_file=path.name)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UserError(f"model directory {path} has no config.json (not a Hugging Face model directory)")
+        return ResolvedSource(str(path.resolve()))
+    if _HUB_ID.match(source) and not source.startswith((".", "/", "~")):
+        return ResolvedSource(source, is_local=False)
+    raise UserError(f"model not found: {source!r} is neither a file, a directory nor a Hub id")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name not in DTYPES:
+        raise UserError(f"unknown dtype {name!r}; use one of {DTYPES}")
+    return getattr(torch, name)
+
+
+def _from_pretrained(fn: Any, src: ResolvedSource, what: str, **kwargs: Any) -> Any:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # CLI output stays one JSON line per result
+    extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
+    try:
+        return fn(src.location, local_files_only=src.is_local, **extra, **kwargs)
+    except UserError:
+        raise
+    except Exception as exc:  # transformers raises many types (OSError, ValueError, SafetensorError, ...)
+        where = src.location + (f"/{src.gguf_file}" if src.gguf_file else "")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = "" if src.is_local else " (is the Hugging Face Hub reachable from here?)"
+        raise UserError(f"cannot load {what} from {where}{hint}: {first}") from None
+
+
+def load_model(source: str, dtype: str = "float32", device: str = "cpu"):
+    """The model (eval mode, on `device`) for `source`."""
+    from transformers import AutoModelForCausalLM
+
+    src = resolve_source(source)
+    extra = _gguf_overrides(Path(src.location) / src.gguf_file) if src.gguf_file else {}
+    model = _from_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch_dtype(dtype), **extra)
+    try:
+        model = model.to(device)
+    except (RuntimeError, AssertionError) as exc:
+        raise UserError(f"cannot move model {source!r} to device {device!r}: {exc}") from None
+    return model.eval()
+
+
+def _gguf_overrides(path: Path) -> dict[str, Any]:
+    """Config fields transformers' GGUF mapping misses: Qwen3 files state head_dim as `attention.key_length`,
+    which transformers ignores (it then assumes Qwen3Config's default of 128)."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(path)
+        arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+        field = reader.fields.get(f"{arch}.attention.key_length")
+    except Exception as exc:  # corrupt header: one line naming the file
+        raise UserError(f"cannot load model from {path}: not a readable GGUF file ({exc})") from None
+    return {"head_dim": int(field.parts[-1][0])} if field is not None else {}
+
+
+def load_tokenizer(source: str):
+    """The tokenizer for `source`, or None for engines without weights (empty source)."""
+    if not source:
+        return None
+    from transformers import AutoTokenizer
+
+    return _from_pretrained(AutoTokenizer.from_pretrained, resolve_source(source), "tokenizer")

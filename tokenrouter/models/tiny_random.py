@@ -1,0 +1,107 @@
+"""The `tiny-random:small|large` pair: random-initialized tiny Qwen3 models built in code from a seed.
+
+Why: tests and CPU runs need two real transformers models of different sizes with one tokenizer and no Hub.
+They are built once into cache_dir()/tiny-random/{small,large} (safetensors + config + tokenizer); the build
+goes to a temp dir that is renamed into place, so concurrent test processes never see a half-written model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from tokenrouter.errors import UserError
+from tokenrouter.models import cache_dir
+
+BUILD_VERSION = 1  # bump when the architecture or init changes, so stale caches are rebuilt
+SEED = 1234
+
+# Weights are drawn with a large init std so logits are peaked: greedy tokens are then stable under float
+# rounding differences between kernels (tests compare exact token ids) and small/large outputs differ.
+SIZES: dict[str, dict[str, int | float | bool]] = {
+    "small": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=4, head_dim=16, tie_word_embeddings=True),
+    "large": dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=8,
+                  num_key_value_heads=2, head_dim=16, tie_word_embeddings=False),
+}
+INIT_STD = 0.2
+
+
+def build_model(size: str, seed: int = SEED):  # -> (Qwen3ForCausalLM, tokenizer)
+    """Build (not save) one tiny model and the shared char tokenizer."""
+    import torch
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    from tokenrouter.models.tokenizer import build_char_tokenizer
+
+    if size not in SIZES:
+        raise UserError(f"unknown tiny-random size {size!r}; use one of {sorted(SIZES)}")
+    hf_logging.disable_progress_bar()
+    tok = build_char_tokenizer()
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    config = Qwen3Config(
+        vocab_size=len(tok),
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        initializer_range=INIT_STD,
+        eos_token_id=eos,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=None,
+        **SIZES[size],
+    )
+    gen = torch.Generator().manual_seed(seed * 1000 + sorted(SIZES).index(size))
+    model = Qwen3ForCausalLM(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.copy_(1.0 + 0.1 * torch.randn(param.shape, generator=gen))
+            else:
+                param.copy_(INIT_STD * torch.randn(param.shape, generator=gen))
+    model.generation_config = GenerationConfig(eos_token_id=eos, pad_token_id=tok.pad_token_id)
+    return model.eval(), tok
+
+
+def tiny_random_path(size: str) -> Path:
+    """Directory of the built model (built on first use)."""
+    if size not in SIZES:
+        raise UserError(f"unknown tiny-random model {size!r}; use tiny-random:small or tiny-random:large")
+    final = cache_dir() / "tiny-random" / size
+    marker = final / "tokenrouter_build.json"
+    stamp = {"version": BUILD_VERSION, "seed": SEED}
+    try:
+        if json.loads(marker.read_text()) == stamp:
+            return final
+    except (OSError, ValueError):
+        pass
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{size}-", dir=final.parent))
+    try:
+        model, tok = build_model(size)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        (tmp / "tokenrouter_build.json").write_text(json.dumps(stamp))
+        _install(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _install(tmp: Path, final: Path) -> None:
+    """Move a finished build into place; if another process got there first with the same build, keep theirs."""
+    if final.exists():
+        old = final.with_name(f".{final.name}-old-{os.getpid()}")
+        try:
+            os.rename(final, old)
+        except OSError:
+            pass
+        else:
+            shutil.rmtree(old, ignore_errors=True)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "tokenrouter_build.json").exists():
+            raise
