@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first: the CPU build of 2.13.0 lies on this machine's disk; elsewhere pip picks the platform build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,routellm]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -57,7 +57,8 @@ class RouterRequest:
     def unseen_by(self, peer: int) -> tuple[int, list[int]]:
         """(loc, tokens) the peer has not seen yet: the sequence from `loc` on."""
         loc = min(self.peer_seen.get(peer, 0), self.seq_len)
-        return loc, self.tokens[loc:]
+        plen = len(self.prompt_ids)  # slice without building prompt + output: hand-offs stay O(suffix)
+        return loc, self.output_ids[loc - plen:] if loc >= plen else self.prompt_ids[loc:] + self.output_ids
 
 
 @dataclass
@@ -135,9 +136,12 @@ class RoutingAlgorithm(ABC):
 
     def receive(self, msg: PeerRequest, req: RouterRequest) -> None:
         """Merge a peer's message into the local request. Default: accept all tokens."""
-        seq = req.tokens[: msg.loc] + msg.token_ids
         plen = len(req.prompt_ids)
-        req.output_ids = seq[plen:]
+        if msg.loc >= plen:  # the usual case: replace the output from the anchor on, in place (O(suffix))
+            del req.output_ids[msg.loc - plen:]
+            req.output_ids += msg.token_ids
+        else:
+            req.output_ids = (req.tokens[: msg.loc] + msg.token_ids)[plen:]
 
 
 def stable_uniform(*key: Any) -> float:

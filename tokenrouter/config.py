@@ -62,6 +62,7 @@ class ModelSpec:
     kv_bytes: int | None = None
     mem_fraction: float | None = None
     page_size: int = 16
+    prefix_cache_tokens: int = 0  # keep released requests' KV for prefix reuse, up to this many tokens (0: off)
     sim: SimSpec = field(default_factory=SimSpec)
 
     def __post_init__(self) -> None:
@@ -75,6 +76,8 @@ class ModelSpec:
             raise UserError(f"model {self.name!r}: `source` is required for engine {self.engine!r}")
         if self.kv_tokens <= 0 or self.page_size <= 0 or self.threads <= 0 or self.tp <= 0:
             raise UserError(f"model {self.name!r}: kv_tokens, page_size, threads and tp must be positive")
+        if self.prefix_cache_tokens < 0:
+            raise UserError(f"model {self.name!r}: prefix_cache_tokens must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +109,7 @@ class RuntimeConfig:
 
     delayed_batching: bool = True
     thresholds: Any = "auto"  # "auto" | list per model | list of lists indexed by N-1
+    auto_max_concurrency: int = 16  # thresholds=auto: B*(N) is searched for N up to this (larger N: last row)
     max_wait_ms: float = 50.0  # a ready request never waits longer than this for its batch to fill
     max_batch_size: int = 256
     max_step_tokens: int = 8192

@@ -19,6 +19,10 @@ class GenerationRequest:
     seed: int = 0
     index: int = 0  # position in the workload (stable across systems and runs)
     stop_token_ids: list[int] | None = None  # None: the entry model's EOS ids
+    # Return the last step's next-token logits / last hidden state in the result's `extra` ("logits",
+    # "hidden": lists of floats), e.g. for an external dispatcher that routes itself (Std. Serving).
+    return_logits: bool = False
+    return_hidden: bool = False
 
 
 @dataclass

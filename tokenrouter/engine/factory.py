@@ -8,6 +8,15 @@ from tokenrouter.errors import UserError
 
 
 def build_engine(spec: ModelSpec) -> Engine:
+    engine = _build_bare(spec)
+    if spec.prefix_cache_tokens > 0:
+        from tokenrouter.engine.prefix_cache import PrefixCachingEngine
+
+        return PrefixCachingEngine(engine, spec.prefix_cache_tokens)
+    return engine
+
+
+def _build_bare(spec: ModelSpec) -> Engine:
     if spec.engine == "torch":
         from tokenrouter.engine.torch_engine import TorchEngine
 

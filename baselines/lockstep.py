@@ -1,0 +1,336 @@
+"""`system=lockstep`: the official R2R implementation's execution semantics on our engines and algorithms.
+
+Why: it isolates what the TokenRouter runtime itself buys. Same engines, same algorithm classes, same
+route/send/receive calls, so greedy outputs equal TokenRouter's; only the schedule differs. One driver, in
+one process, per iteration steps every active request on the entry model, routes, sends the routed rows to
+their peer (an extend of the unseen suffix + one token), waits for that step, and only then takes the next
+entry-model step. No delayed batching, no asynchrony between models. With more than two models, or symmetric
+algorithms (R-Stitch) where a request may stay on a peer, each iteration steps each model once, in order.
+
+The driver is one thread that loops over rounds by itself (the asyncio loop only hands it requests and gets
+results back), so the baseline pays no event-loop hop per round; new requests join between rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.engine.base import Engine, StepItem
+from tokenrouter.engine.factory import build_engine
+from tokenrouter.engine.latency import LatencyProfile
+from tokenrouter.errors import UserError
+from tokenrouter.results import GenerationRequest, GenerationResult
+
+
+@dataclass
+class _Active:
+    """One request in flight: every model's local view of it and what that model's KV already holds."""
+
+    req: GenerationRequest
+    rid: str
+    future: asyncio.Future
+    views: list[RouterRequest | None]
+    fed: list[int]  # per model: how many of its view's tokens its engine's KV holds
+    at: int = 0  # the model holding the request now
+    committed: list[int] = field(default_factory=list)  # per model: tokens it committed
+    handoffs: int = 0
+    arrival_s: float = 0.0
+    first_token_s: float | None = None
+    finish_s: float = 0.0
+    finish_reason: str | None = None  # set once finished
+    error: str | None = None
+
+
+@dataclass
+class _ModelStats:
+    steps: int = 0
+    rows: int = 0
+    tokens_committed: int = 0
+    handoffs_sent: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        mean = self.rows / self.steps if self.steps else 0.0
+        return {"steps": self.steps, "mean_batch_size": mean, "tokens_committed": self.tokens_committed,
+                "handoffs_sent": self.handoffs_sent}
+
+
+class LockstepSystem:
+    """Lock-step token-level routing over in-process engines (see the module docstring)."""
+
+    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig) -> None:
+        self.specs = list(models)
+        self.model_names = [m.name for m in models]
+        self.algorithm_spec = algorithm
+        self.runtime = runtime
+        self.engines: list[Engine] = []
+        self.algorithms: list[RoutingAlgorithm] = []
+        self._stats = [_ModelStats() for _ in models]
+        self._inbox: queue.SimpleQueue[_Active | None] = queue.SimpleQueue()  # None: stop the driver
+        self._active: list[_Active] = []
+        self._driver: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._next_id = 0
+        self._closed = False
+        self._dead: str | None = None  # why the driver stopped, if it failed
+
+    # -- life cycle -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        # Build algorithms first: a bad algorithm name or parameter fails fast, before loading weights.
+        self.algorithms = [build_algorithm(self.algorithm_spec.name, i, self.model_names, self.algorithm_spec.params)
+                           for i in range(len(self.specs))]
+        self.engines = await asyncio.to_thread(lambda: [build_engine(s) for s in self.specs])
+        for algo, engine in zip(self.algorithms, self.engines, strict=True):
+            algo.bind(engine)
+        self._loop = asyncio.get_running_loop()
+        self._driver = threading.Thread(target=self._drive, name="lockstep-driver", daemon=True)
+        self._driver.start()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._driver is not None:
+            self._inbox.put(None)
+            await asyncio.to_thread(self._driver.join)
+        while not self._inbox.empty():
+            leftover = self._inbox.get()
+            if leftover is not None:
+                self._active.append(leftover)
+        for a in self._active:
+            if not a.future.done():
+                a.future.set_exception(RuntimeError("lockstep system closed"))
+        engines, self.engines = self.engines, []
+        for engine in engines:
+            engine.close()
+
+    async def __aenter__(self) -> LockstepSystem:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- client API -------------------------------------------------------------------------------------
+    async def generate(self, req: GenerationRequest) -> GenerationResult:
+        if self._driver is None or self._closed or self._dead:
+            raise RuntimeError(self._dead or "lockstep system is not running (call start() first)")
+        rid = f"ls-{self._next_id}"
+        self._next_id += 1
+        n = len(self.specs)
+        view = RouterRequest(rid, list(req.prompt_ids), max_new_tokens=req.max_new_tokens,
+                             sampling=req.sampling, seed=req.seed)
+        active = _Active(req, rid, asyncio.get_running_loop().create_future(), [view] + [None] * (n - 1),
+                         [0] * n, committed=[0] * n, arrival_s=time.perf_counter())
+        self._inbox.put(active)
+        if self._dead:  # the driver failed between the check above and the put: nobody will serve it
+            raise RuntimeError(self._dead)
+        return await active.future
+
+    def stats(self) -> dict:
+        return {"system": "lockstep",
+                "models": {name: s.as_dict() for name, s in zip(self.model_names, self._stats, strict=True)}}
+
+    # -- driver (its own thread: engine steps never block the event loop) -----------------------------
+    def _drive(self) -> None:
+        waiting: list[_Active] = []
+        try:
+            while self._round(waiting):
+                pass
+        except Exception as exc:  # noqa: BLE001 - a driver bug must fail requests, not leave clients hanging
+            self._dead = f"lockstep driver failed: {type(exc).__name__}: {exc}"
+            for a in self._active + waiting:
+                self._fail_now(a, self._dead)
+            self._active = []
+
+    def _round(self, waiting: list[_Active]) -> bool:
+        """One round: take new requests (blocking only when idle), admit them, step. False once told to stop."""
+        try:
+            item = self._inbox.get(block=not (self._active or waiting))
+            while True:
+                if item is None:
+                    self._active += waiting
+                    return False
+                waiting.append(item)
+                item = self._inbox.get_nowait()
+        except queue.Empty:
+            pass
+        waiting[:] = self._admit(waiting)
+        if self._active:
+            self._iteration(self._active)
+        for a in [a for a in self._active if a.finish_reason is not None]:
+            self._active.remove(a)
+            self._deliver(a)
+        return True
+
+    def _fail_now(self, a: _Active, error: str) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(lambda: a.future.done() or a.future.set_exception(RuntimeError(error)))
+
+    def _deliver(self, a: _Active) -> None:
+        assert self._loop is not None
+        result = self._result(a)
+        self._loop.call_soon_threadsafe(lambda: a.future.done() or a.future.set_result(result))
+
+    def _admit(self, waiting: list[_Active]) -> list[_Active]:
+        """Move waiting requests into the batch (up to max_batch_size); returns those still waiting."""
+        room = max(self.runtime.max_batch_size - len(self._active), 0)
+        for a in waiting[:room]:
+            if not a.req.prompt_ids:
+                self._fail(a, "empty prompt")
+            elif len(a.req.prompt_ids) > self.engines[0].tokens_free():
+                self._fail(a, f"prompt of {len(a.req.prompt_ids)} tokens does not fit the free KV of model "
+                              f"{self.model_names[0]!r} ({self.engines[0].tokens_free()} tokens)")
+            if a.finish_reason is None:
+                self._active.append(a)
+            else:
+                self._deliver(a)
+        return waiting[room:]
+
+    def _iteration(self, active: list[_Active]) -> None:
+        """One lock-step round (worker thread): each model steps the requests it holds, in model order."""
+        for m in range(len(self.engines)):
+            rows = [a for a in active if a.at == m and a.finish_reason is None]
+            for chunk in self._chunks(rows, m):
+                try:
+                    self._step(m, chunk)
+                except Exception as exc:  # the engine failed: fail this step's requests, keep serving others
+                    for a in chunk:
+                        self._fail(a, f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}")
+
+    def _chunks(self, rows: list[_Active], m: int) -> list[list[_Active]]:
+        """Split a model's rows so no step exceeds the token budget (a prefill can be long)."""
+        chunks: list[list[_Active]] = []
+        budget = self.runtime.max_step_tokens
+        used = 0
+        for a in rows:
+            need = self._new_tokens(a, m)
+            if chunks and used + need <= budget and len(chunks[-1]) < self.runtime.max_batch_size:
+                chunks[-1].append(a)
+                used += need
+            else:
+                chunks.append([a])
+                used = need
+        return chunks
+
+    def _new_tokens(self, a: _Active, m: int) -> int:
+        view = a.views[m]
+        assert view is not None
+        if a.fed[m] >= view.seq_len:  # nothing new (the peer dropped its token): recompute the last position
+            a.fed[m] = view.seq_len - 1
+            self.engines[m].truncate(a.rid, a.fed[m])
+        return view.seq_len - a.fed[m]
+
+    def _step(self, m: int, rows: list[_Active]) -> None:
+        engine, algo = self.engines[m], self.algorithms[m]
+        views = [a.views[m] for a in rows]
+        items = [StepItem(a.rid, v.tokens[a.fed[m]:], v.sampling) for a, v in zip(rows, views, strict=True)]
+        out = engine.step(items)
+        for a, v in zip(rows, views, strict=True):
+            a.fed[m] = v.seq_len
+        self._stats[m].steps += 1
+        self._stats[m].rows += len(rows)
+        step = StepResult(m, views, list(out.next_tokens), out.logits, out.hidden)
+        dests = algo.route(step)
+        for a, view, token, dest in zip(rows, views, out.next_tokens, dests, strict=True):
+            if dest == m:
+                self._commit(a, m, token)
+                continue
+            if not 0 <= dest < len(self.engines):
+                self._fail(a, f"algorithm {algo.name!r} routed to unknown model index {dest}")
+                continue
+            if algo.keeps_token(view, dest):
+                self._commit(a, m, token)
+                if a.finish_reason is not None:
+                    continue
+            self._hand_off(a, m, dest)
+
+    def _commit(self, a: _Active, m: int, token: int) -> None:
+        view = a.views[m]
+        view.commit(token)
+        a.committed[m] += 1
+        self._stats[m].tokens_committed += 1
+        if a.first_token_s is None:
+            a.first_token_s = time.perf_counter()
+        stop = a.req.stop_token_ids if a.req.stop_token_ids is not None else self.engines[0].eos_token_ids
+        if token in stop:
+            self._finish(a, "stop")
+        elif view.position >= a.req.max_new_tokens:
+            self._finish(a, "length")
+
+    def _hand_off(self, a: _Active, src: int, dest: int) -> None:
+        view = a.views[src]
+        msg: PeerRequest = self.algorithms[src].send(view, dest)
+        view.peer_seen[dest] = view.seq_len
+        peer = a.views[dest]
+        if peer is None:
+            peer = RouterRequest(a.rid, list(msg.token_ids[: msg.prompt_len]), max_new_tokens=view.max_new_tokens,
+                                 sampling=view.sampling, seed=view.seed)
+            a.views[dest] = peer
+        self.algorithms[dest].receive(msg, peer)
+        peer.peer_seen[src] = peer.seq_len
+        if a.fed[dest] > msg.loc:  # the peer's KV holds tokens the message replaced: roll back to the anchor
+            a.fed[dest] = msg.loc
+            self.engines[dest].truncate(a.rid, msg.loc)
+        a.at = dest
+        a.handoffs += 1
+        self._stats[src].handoffs_sent += 1
+
+    def _finish(self, a: _Active, reason: str) -> None:
+        a.finish_reason = reason
+        a.finish_s = time.perf_counter()
+        for m, engine in enumerate(self.engines):
+            if a.views[m] is not None:
+                engine.release(a.rid)
+
+    def _fail(self, a: _Active, error: str) -> None:
+        a.error = error
+        for m, engine in enumerate(self.engines):
+            if a.views[m] is not None:
+                try:
+                    engine.release(a.rid)
+                except Exception:  # noqa: BLE001 - the engine is already broken; the error is recorded
+                    pass
+        a.finish_reason = "error"
+        a.finish_s = time.perf_counter()
+
+    def _result(self, a: _Active) -> GenerationResult:
+        view = a.views[a.at]
+        assert view is not None
+        return GenerationResult(
+            index=a.req.index,
+            prompt_ids=list(a.req.prompt_ids),
+            output_ids=list(view.output_ids),
+            finish_reason=a.finish_reason or "error",
+            tokens_per_model={name: c for name, c in zip(self.model_names, a.committed, strict=True)},
+            handoffs=a.handoffs,
+            arrival_s=a.arrival_s,
+            first_token_s=a.first_token_s,
+            finish_s=a.finish_s,
+            error=a.error,
+        )
+
+
+def bernoulli_throughput(p: float, small: LatencyProfile, large: LatencyProfile, n: int) -> float:
+    """Predicted lock-step throughput (tok/s) of N closed-loop requests under fixed hand-off probability p.
+
+    Every round commits exactly one token per request (its small-model token, or the large model's
+    replacement), and costs one small step of N rows plus, when b >= 1 rows were routed, one large step of b.
+    """
+    wait_ms = small.decode_ms(n) + sum(math.comb(n, b) * p**b * (1 - p) ** (n - b) * large.decode_ms(b)
+                                      for b in range(1, n + 1))
+    return n * 1000.0 / wait_ms
+
+
+def from_setup(setup: Any) -> LockstepSystem:
+    setup.unknown_fields(set())
+    if len(setup.models) < 2:
+        raise UserError("system=lockstep needs at least two models (use system=single for one)")
+    return LockstepSystem(setup.models, setup.algorithm, setup.runtime)

@@ -1,0 +1,401 @@
+"""`system=std_serving`: the paper's "Std. Serving" baseline.
+
+Each model runs behind its own independent single-model server (`tokenrouter serve` with that model alone
+and algorithm `stay`, or SGLang where installed: `system.server=sglang`), started as real subprocesses.
+An external dispatcher (here, in the benchmark process) keeps every request's tokens and, for every output
+token, POSTs the WHOLE prefix to the current model's server `/generate` asking for ONE token (plus the
+last step's logits / hidden state when the algorithm needs them). It then runs the algorithm's own
+route() / keeps_token() / send() / receive() unchanged, with one algorithm instance per model side exactly
+as the TokenRouter subservers do, to decide where the next token comes from. So greedy outputs equal
+TokenRouter's; only the serving path differs.
+
+Like SGLang's radix cache, each of our servers keeps finished requests' KV in a prefix cache
+(`system.prefix_cache_tokens`, see tokenrouter/engine/prefix_cache.py), so resending a prefix costs an
+extend of the new tokens, not a prefill. What remains per token is bookkeeping: HTTP + JSON both ways,
+request admission, scheduling and prefix matching on the server, and the dispatcher's own work. stats()
+reports that per-token breakdown (`per_token_ms`), the figure the paper measured (37.2 ms per small-model
+step of which 1.56 ms inference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from baselines.model_servers import KINDS, ModelServer, launch_sglang, launch_tokenrouter
+from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.errors import UserError
+from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.runtime.ipc import private_dir, remove_dir
+
+# What each algorithm's route() reads from a step besides the sampled tokens (for `auto`); an algorithm not
+# listed gets both, which is always correct, only slower.
+STEP_OUTPUTS: dict[str, tuple[bool, bool]] = {  # name -> (logits, hidden states)
+    "stay": (False, False),
+    "bernoulli": (False, False),
+    "ensemble": (False, False),
+    "rstitch": (True, False),
+}
+
+
+@dataclass
+class StdServingOptions:
+    server: str = "tokenrouter"  # tokenrouter | sglang
+    prefix_cache_tokens: int = 1 << 18  # per tokenrouter server; 0 = off (every token re-prefills the prefix)
+    return_logits: bool | str = "auto"  # auto: what the algorithm needs (STEP_OUTPUTS)
+    return_hidden_states: bool | str = "auto"
+    startup_timeout_s: float = 300.0
+    request_timeout_s: float = 600.0
+    sglang_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.server not in KINDS:
+            raise UserError(f"system std_serving: server must be one of {KINDS}, got {self.server!r}")
+        if self.prefix_cache_tokens < 0:
+            raise UserError("system std_serving: prefix_cache_tokens must be >= 0")
+        for name in ("return_logits", "return_hidden_states"):
+            if getattr(self, name) not in (True, False, "auto"):
+                raise UserError(f"system std_serving: {name} must be true, false or auto")
+
+    def outputs(self, algorithm: str) -> tuple[bool, bool]:
+        need = STEP_OUTPUTS.get(algorithm, (True, True))
+        logits = need[0] if self.return_logits == "auto" else bool(self.return_logits)
+        hidden = need[1] if self.return_hidden_states == "auto" else bool(self.return_hidden_states)
+        return logits, hidden
+
+
+@dataclass
+class _Timing:
+    """Per model, summed over dispatcher steps (one step = one token asked of one server)."""
+
+    steps: int = 0
+    dispatch_s: float = 0.0  # the whole step at the dispatcher: build request .. routing decision applied
+    http_s: float = 0.0  # POST round trip, response parsed
+    server_s: float = 0.0  # the server's own handling time (its meta_info.e2e_latency)
+    route_s: float = 0.0  # tensors + route / keeps_token / send / receive
+
+    def add(self, dispatch: float, http: float, server: float, route: float) -> None:
+        self.steps += 1
+        self.dispatch_s += dispatch
+        self.http_s += http
+        self.server_s += server
+        self.route_s += route
+
+
+@dataclass
+class _Step:
+    token: int
+    logits: torch.Tensor | None
+    hidden: torch.Tensor | None
+    http_s: float
+    server_s: float
+
+
+class _ModelInfo:
+    """Stands in for a model's engine when the dispatcher calls an algorithm's bind(): routers read the
+    model's sizes and input embedding (R2R embeds the predicted token), read here from the checkpoint; the
+    dispatcher itself runs no model."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self._config: Any = None
+
+    def _hf_config(self) -> Any:
+        if self._config is None:
+            from transformers import AutoConfig
+
+            from tokenrouter.engine.loader import resolve_source
+
+            src = resolve_source(self.spec.source)
+            extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
+            try:
+                self._config = AutoConfig.from_pretrained(src.location, local_files_only=src.is_local, **extra)
+            except Exception as exc:  # transformers raises many types; one line naming the model instead
+                raise UserError(f"std_serving: cannot read the config of model {self.name!r}: {exc}") from None
+        return self._config
+
+    @property
+    def hidden_size(self) -> int:
+        return 0 if self.spec.engine == "sim" else int(self._hf_config().hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.spec.sim.vocab_size if self.spec.engine == "sim" else int(self._hf_config().vocab_size)
+
+    def input_embeddings(self) -> torch.nn.Embedding | None:
+        if self.spec.engine == "sim":
+            return None
+        from tokenrouter.engine.loader import load_model
+
+        return load_model(self.spec.source, self.spec.dtype, "cpu").get_input_embeddings()
+
+
+class StdServingSystem:
+    """Std. Serving: single-model servers + an external per-token dispatcher (see the module docstring)."""
+
+    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig, seed: int = 0,
+                 options: StdServingOptions | None = None) -> None:
+        self.opts = options or StdServingOptions()
+        if self.opts.server == "tokenrouter":
+            models = [replace(m, prefix_cache_tokens=self.opts.prefix_cache_tokens) for m in models]
+        self.specs = list(models)
+        self.model_names = [m.name for m in models]
+        self.algorithm_spec = algorithm
+        self.runtime = runtime
+        self.seed = seed
+        self.want_logits, self.want_hidden = self.opts.outputs(algorithm.name)
+        if self.opts.server == "sglang" and self.want_logits:
+            raise UserError(f"std_serving: algorithm {algorithm.name!r} needs full next-token logits, which an "
+                            "SGLang server does not return; use system.server=tokenrouter")
+        self.algorithms: list[RoutingAlgorithm] = []
+        self.servers: list[ModelServer] = []
+        self.eos_ids: list[int] = []
+        self._client: httpx.AsyncClient | None = None
+        self._dir: Path | None = None
+        self._ids = itertools.count()
+        self._timing = [_Timing() for _ in models]
+        self._committed = [0] * len(models)
+        self._handoffs = [0] * len(models)
+        self._baseline: list[dict[str, float] | None] = [None] * len(models)  # server counters at reset_stats()
+
+    # ---- life cycle ----------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        # Build and bind the algorithm sides first: a bad name, parameter or router fails before any server starts.
+        self.algorithms = [build_algorithm(self.algorithm_spec.name, i, self.model_names, self.algorithm_spec.params)
+                           for i in range(len(self.specs))]
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # else one INFO line per token under Hydra
+        infos = [_ModelInfo(spec) for spec in self.specs]
+        await asyncio.to_thread(lambda: [a.bind(i) for a, i in zip(self.algorithms, infos, strict=True)])
+        self._dir = private_dir()
+        timeout = self.opts.startup_timeout_s
+        try:
+            if self.opts.server == "tokenrouter":
+                launches = [launch_tokenrouter(s, self.runtime, self.seed, self._dir, i, timeout)
+                            for i, s in enumerate(self.specs)]
+            else:
+                launches = [launch_sglang(s, self.seed, self._dir, i, timeout, self.want_hidden, self.opts.sglang_args)
+                            for i, s in enumerate(self.specs)]
+            started = await asyncio.gather(*launches, return_exceptions=True)
+            self.servers = [s for s in started if isinstance(s, ModelServer)]
+            failed = [e for e in started if isinstance(e, BaseException)]
+            if failed:
+                raise failed[0]
+            self._client = httpx.AsyncClient(timeout=self.opts.request_timeout_s,
+                                             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
+            self.eos_ids = await self._entry_eos()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _entry_eos(self) -> list[int]:
+        """The entry model's EOS ids (stop tokens by default, as in TokenRouter): from our server's
+        /v1/models, or the model's tokenizer for SGLang."""
+        if self.opts.server == "tokenrouter":
+            assert self._client is not None
+            models = (await self._client.get(f"{self.servers[0].url}/v1/models")).json()
+            return list(models["data"][0].get("eos_token_ids") or [])
+        from tokenrouter.engine.loader import load_tokenizer
+
+        tok = load_tokenizer(self.specs[0].source)
+        return [] if tok is None or tok.eos_token_id is None else [int(tok.eos_token_id)]
+
+    async def close(self) -> None:
+        """Stop every server (no process left) and remove the config/log directory. Idempotent."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        servers, self.servers = self.servers, []
+        await asyncio.gather(*(s.close() for s in servers))
+        remove_dir(self._dir)
+        self._dir = None
+
+    async def __aenter__(self) -> StdServingSystem:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- the dispatcher ------------------------------------------------------------------------------------
+    async def generate(self, req: GenerationRequest) -> GenerationResult:
+        if self._client is None:
+            raise RuntimeError("std_serving system is not running (call start() first)")
+        if not req.prompt_ids:
+            raise UserError("request has an empty prompt")
+        arrival = time.perf_counter()
+        rid = f"std-{next(self._ids)}"
+        views: list[RouterRequest | None] = [None] * len(self.specs)
+        views[0] = RouterRequest(rid, list(req.prompt_ids), [], req.max_new_tokens, req.sampling, req.seed)
+        stop = set(self.eos_ids if req.stop_token_ids is None else req.stop_token_ids)
+        per_model = [0] * len(self.specs)
+        at, hops, first_token, reason = 0, 0, None, ""
+        while not reason:
+            t0, src = time.perf_counter(), at
+            view = views[at]
+            assert view is not None
+            step = await self._one_token(at, view)
+            t1 = time.perf_counter()
+            algo = self.algorithms[at]
+            dest = algo.route(StepResult(at, [view], [step.token], step.logits, step.hidden))[0]
+            if not 0 <= dest < len(self.specs):
+                raise UserError(f"algorithm {algo.name!r} returned destination {dest} for {len(self.specs)} models")
+            if dest == at or algo.keeps_token(view, dest):
+                view.commit(step.token)
+                per_model[at] += 1
+                self._committed[at] += 1
+                first_token = first_token or time.perf_counter()
+                reason = "stop" if step.token in stop else "length" if view.position >= req.max_new_tokens else ""
+            if not reason and dest != at:
+                views[dest] = self._hand_off(algo, view, at, dest, views[dest])
+                hops += 1
+                self._handoffs[at] += 1
+                at = dest
+            t2 = time.perf_counter()
+            self._timing[src].add(t2 - t0, step.http_s, step.server_s, t2 - t1)
+        done = views[at]
+        assert done is not None
+        return GenerationResult(
+            index=req.index, prompt_ids=list(req.prompt_ids), output_ids=list(done.output_ids), finish_reason=reason,
+            tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=hops,
+            arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(),
+        )
+
+    def _hand_off(self, algo: RoutingAlgorithm, view: RouterRequest, src: int, dest: int,
+                  peer: RouterRequest | None) -> RouterRequest:
+        """send() on the source side, receive() on the destination side, as between two subservers."""
+        msg = algo.send(view, dest)
+        view.peer_seen[dest] = msg.loc + len(msg.token_ids)
+        if peer is None:  # first contact: the peer learns the prompt from the message
+            peer = RouterRequest(view.rid, list(msg.token_ids[: msg.prompt_len]), [], view.max_new_tokens,
+                                 view.sampling, view.seed)
+        self.algorithms[dest].receive(msg, peer)
+        peer.peer_seen[src] = msg.loc + len(msg.token_ids)
+        return peer
+
+    async def _one_token(self, model: int, view: RouterRequest) -> _Step:
+        """POST the whole prefix to `model`'s server for one token (and what route() needs)."""
+        assert self._client is not None
+        s = view.sampling
+        body: dict[str, Any] = {
+            "input_ids": view.tokens,
+            "sampling_params": {"max_new_tokens": 1, "temperature": s.temperature, "top_p": s.top_p,
+                                "top_k": s.top_k if s.top_k > 0 else -1},
+        }
+        if s.seed is not None:
+            body["sampling_params"]["sampling_seed"] = s.seed
+        if self.want_logits:
+            body["return_logits"] = True
+        if self.want_hidden:
+            body["return_hidden_states"] = True
+        t0 = time.perf_counter()
+        resp = await self._client.post(f"{self.servers[model].url}/generate", json=body)
+        if resp.status_code != 200:
+            raise _server_error(self.model_names[model], resp)
+        out = resp.json()
+        http_s = time.perf_counter() - t0
+        meta = out.get("meta_info") or {}
+        return _Step(
+            token=int(out["output_ids"][-1]),
+            logits=_last_row(meta.get("logits")) if self.want_logits else None,
+            hidden=_last_row(meta.get("hidden_states")) if self.want_hidden else None,
+            http_s=http_s,
+            server_s=float(meta.get("e2e_latency") or 0.0),
+        )
+
+    # ---- statistics ----------------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        """Per model: dispatcher steps, tokens, hand-offs, and the per-token cost breakdown in ms (means per
+        dispatcher step) next to the server's model step time (its engine's busy time per step)."""
+        models: dict[str, Any] = {}
+        for i, name in enumerate(self.model_names):
+            t = self._timing[i]
+            server = self._server_stats(i)
+            models[name] = {
+                "steps": t.steps,
+                "tokens_committed": self._committed[i],
+                "handoffs_sent": self._handoffs[i],
+                "per_token_ms": _breakdown(t, server),
+                "server": server,
+            }
+        return {"system": "std_serving", "server": self.opts.server, "prefix_cache_tokens":
+                self.opts.prefix_cache_tokens, "models": models}
+
+    def reset_stats(self) -> None:
+        """Measure afresh from here (e.g. after a warm-up): dispatcher counters to zero, the servers'
+        cumulative counters kept as a baseline that stats() subtracts."""
+        n = len(self.specs)
+        self._timing = [_Timing() for _ in range(n)]
+        self._committed, self._handoffs = [0] * n, [0] * n
+        self._baseline = [self._server_stats(i, since_reset=False) for i in range(n)]
+
+    def _server_stats(self, i: int, since_reset: bool = True) -> dict[str, float] | None:
+        """Steps and engine busy time of server `i`, read from its /metrics (our servers only)."""
+        if self.opts.server != "tokenrouter" or i >= len(self.servers):
+            return None
+        try:
+            text = httpx.get(f"{self.servers[i].url}/metrics", timeout=5.0).text
+        except httpx.HTTPError:
+            return None
+        values = {key: float(v) for key, v in re.findall(r'^tokenrouter_model_(\w+)\{model="[^"]*"\} (\S+)$', text, re.M)}
+        if "steps" not in values:
+            return None
+        out = {"engine_steps": values["steps"], "busy_s": values.get("busy_s", 0.0)}
+        base = self._baseline[i] if since_reset else None
+        return {k: v - base[k] for k, v in out.items()} if base else out
+
+
+def _breakdown(t: _Timing, server: dict[str, float] | None) -> dict[str, float] | None:
+    if not t.steps:
+        return None
+    ms = 1000.0 / t.steps
+    out = {
+        "dispatch": t.dispatch_s * ms,
+        "http_round_trip": t.http_s * ms,
+        "server_handling": t.server_s * ms,
+        "client_http_json": (t.http_s - t.server_s) * ms,
+        "dispatcher_routing": t.route_s * ms,
+    }
+    if server and server["engine_steps"]:
+        step_ms = 1000.0 * server["busy_s"] / server["engine_steps"]
+        out["model_step"] = step_ms
+        out["server_bookkeeping"] = out["server_handling"] - step_ms
+        out["model_step_share"] = step_ms / out["dispatch"] if out["dispatch"] else 0.0
+    return out
+
+
+def _last_row(values: Any) -> torch.Tensor | None:
+    """[1, D] float tensor from a JSON vector (ours) or a list of per-position vectors (SGLang's)."""
+    if not values:
+        return None
+    while isinstance(values[0], list):
+        values = values[-1]
+    return torch.tensor([values], dtype=torch.float32)
+
+
+def _server_error(model: str, resp: httpx.Response) -> Exception:
+    try:
+        message = resp.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = resp.text[:300]
+    text = f"std_serving: model {model!r} server answered {resp.status_code}: {message}"
+    return UserError(text) if 400 <= resp.status_code < 500 else RuntimeError(text)
+
+
+def from_setup(setup: Any) -> StdServingSystem:
+    known = {f for f in StdServingOptions.__dataclass_fields__}
+    setup.unknown_fields(known)
+    opts = StdServingOptions(**{k: v for k, v in setup.system.items() if k in known})
+    return StdServingSystem(setup.models, setup.algorithm, setup.runtime, setup.seed, opts)

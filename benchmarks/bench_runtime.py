@@ -1,0 +1,181 @@
+"""Runtime figures: per-iteration scheduler + IPC overhead, hand-off round trip, threshold validation.
+
+  .venv/bin/python benchmarks/bench_runtime.py                 # everything (~4 min)
+  .venv/bin/python benchmarks/bench_runtime.py overhead handoff
+  .venv/bin/python benchmarks/bench_runtime.py thresholds --window 20
+
+overhead:   zero-latency sim engine, one model (`stay`): the subserver's own loop time per iteration minus
+            the engine step (median, measured inside the subserver: drain, schedule, route, encode, send),
+            and the end-to-end token rate at the client (front end included). Goal <= 100 us.
+handoff:    two zero-latency sim engines, bernoulli route_prob=1: every token is small step -> hand-off ->
+            large step (commit) -> hand-off back, so the median gap between streamed tokens is one hand-off
+            round trip (two engine iterations included). Goal <= 300 us.
+thresholds: the paper's validation setting (sim 6.0 / 27.9 ms, bernoulli 0.35, thresholds [1, B1], N closed-loop
+            requests that never finish inside the window, max-wait disabled): measured committed tokens / s
+            next to the throughput model's prediction (tokenrouter.perfmodel), when it is importable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
+from tokenrouter.results import GenerationRequest
+from tokenrouter.runtime.auto import auto_table
+from tokenrouter.runtime.frontend import TokenRouterFrontend
+from tokenrouter.runtime.thresholds import ThresholdTable
+
+PAPER_LATENCIES_MS = (6.0, 27.9)
+PAPER_ROUTE_PROB = 0.35
+
+
+def _sim(name: str, ms: float, seed: int) -> ModelSpec:
+    return ModelSpec(name=name, engine="sim", kv_tokens=10**7, sim=SimSpec(latency_ms=ms, seed=seed))
+
+
+async def _token_gaps_us(fe: TokenRouterFrontend, tokens: int, concurrency: int) -> list[float]:
+    gaps: list[float] = []
+
+    async def one(i: int) -> None:
+        last = None
+        async for ev in fe.stream(GenerationRequest([1, 2, 3, i], max_new_tokens=tokens, seed=i)):
+            now = time.perf_counter()
+            if last is not None and ev.token_ids:
+                gaps.append((now - last) * 1e6 / len(ev.token_ids))
+            last = now
+
+    await asyncio.gather(*(one(i) for i in range(concurrency)))
+    return gaps
+
+
+async def overhead(tokens: int) -> None:
+    print("== scheduler + IPC overhead per iteration (zero-latency sim, one model) ==")
+    async with TokenRouterFrontend([_sim("m", 0.0, 1)], AlgorithmSpec("stay"), RuntimeConfig()) as fe:
+        for conc in (1, 8):
+            await _token_gaps_us(fe, 200, conc)  # warm-up
+            t0 = time.perf_counter()
+            await _token_gaps_us(fe, tokens, conc)
+            elapsed = time.perf_counter() - t0
+            s = fe.stats()["models"]["m"]
+            print(f"N={conc}: in-subserver overhead median {s['overhead_us_p50']:.1f} us/iteration "
+                  f"(mean batch {s['mean_batch_size']:.2f}); end to end {conc * tokens / elapsed:,.0f} tok/s "
+                  f"at the client ({elapsed * 1e6 / tokens:.1f} us per iteration of a request)")
+
+
+async def handoff(tokens: int) -> None:
+    print("== hand-off round trip (zero-latency sims, route_prob=1: small -> large -> small per token) ==")
+    models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
+    algo = AlgorithmSpec("bernoulli", {"route_prob": 1.0})
+    async with TokenRouterFrontend(models, algo, RuntimeConfig(thresholds=[1, 1])) as fe:
+        await _token_gaps_us(fe, 200, 1)
+        gaps = await _token_gaps_us(fe, tokens, 1)
+        st = fe.stats()["models"]
+        print(f"round trip median {statistics.median(gaps):.1f} us (p90 {statistics.quantiles(gaps, n=10)[-1]:.1f}); "
+              f"in-subserver overhead median small {st['small']['overhead_us_p50']:.1f} us, "
+              f"large {st['large']['overhead_us_p50']:.1f} us per iteration")
+
+
+def _predictor():
+    """(n, thresholds, step latencies ms) -> predicted tok/s from the throughput model, or None without it."""
+    try:
+        from tokenrouter.perfmodel.chain import throughput
+        from tokenrouter.perfmodel.spec import SystemSpec
+    except ImportError:
+        return None
+    p = PAPER_ROUTE_PROB
+
+    def predict(n: int, b: list[int], latencies_ms: list[float]) -> float:
+        spec = SystemSpec.build([[1 - p, p], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], latencies_ms, quantum_ms=0.1)
+        return throughput(spec, n, b).throughput_tok_s
+
+    return predict
+
+
+async def _closed_loop(fe: TokenRouterFrontend, n: int, warmup_s: float,
+                       window_s: float) -> tuple[float, list[float], list[float]]:
+    """N requests that outlive the window: committed tokens per second over the window (subserver counters),
+    and per model the mean step time (ms) and batch size actually seen."""
+    async def snap() -> tuple[float, dict]:
+        stats = await fe.refresh_stats()
+        return time.perf_counter(), stats["models"]
+
+    reqs = [GenerationRequest([7, 8, 9, i], max_new_tokens=50_000, seed=1000 + i) for i in range(n)]
+    tasks = [asyncio.create_task(fe.generate(r)) for r in reqs]
+    await asyncio.sleep(warmup_s)
+    t0, s0 = await snap()
+    await asyncio.sleep(window_s)
+    t1, s1 = await snap()
+    for t in tasks:
+        t.cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    errors = [o for o in outcomes if not isinstance(o, asyncio.CancelledError)]
+    if errors:
+        raise RuntimeError(f"closed-loop request failed: {errors[0]!r}")
+    await asyncio.sleep(0.3)  # aborts reach the subservers before the next configuration starts
+    committed = sum(s1[m]["tokens_committed"] - s0[m]["tokens_committed"] for m in s1)
+    step_ms, batch = [], []
+    for m in s1:
+        steps = max(1, s1[m]["steps"] - s0[m]["steps"])
+        step_ms.append((s1[m]["busy_s"] - s0[m]["busy_s"]) * 1e3 / steps)
+        batch.append((s1[m]["mean_batch_size"] * s1[m]["steps"] - s0[m]["mean_batch_size"] * s0[m]["steps"]) / steps)
+    return committed / (t1 - t0), step_ms, batch
+
+
+def _pct(measured: float, predicted: float | None) -> str:
+    return f"{(measured - predicted) / predicted:+.1%}" if predicted else "n/a"
+
+
+async def thresholds(window_s: float, warmup_s: float, ns: list[int]) -> None:
+    print(f"== threshold validation: sim {PAPER_LATENCIES_MS[0]} / {PAPER_LATENCIES_MS[1]} ms, bernoulli "
+          f"{PAPER_ROUTE_PROB}, thresholds [1, B1], closed loop, {window_s:g} s window, "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs ==")
+    print("predicted: the throughput model at the nominal latencies; 'at measured': at the mean step times the "
+          "sim engines actually took (sleep overshoot on a busy machine), which isolates runtime overheads.")
+    predict = _predictor()
+    models = [_sim("small", PAPER_LATENCIES_MS[0], 1), _sim("large", PAPER_LATENCIES_MS[1], 2)]
+    algo = AlgorithmSpec("bernoulli", {"route_prob": PAPER_ROUTE_PROB})
+    rt = RuntimeConfig(thresholds=[1, 1], max_wait_ms=1e9)
+    auto_rows = auto_table(models, algo, max(ns)) if predict else None
+    print(f"{'N':>2} {'B1':>3} {'measured':>9} {'predicted':>10} {'error':>7} {'at measured':>12} {'error':>7}"
+          f"   step ms (small, large)  mean batch")
+    async with TokenRouterFrontend(models, algo, rt) as fe:
+        for n in ns:
+            rows = []
+            for b1 in range(1, n + 1):
+                fe.thresholds = ThresholdTable([1, b1], 2)  # sent to subservers with the next admission
+                measured, step_ms, batch = await _closed_loop(fe, n, warmup_s, window_s)
+                nominal = predict(n, [1, b1], list(PAPER_LATENCIES_MS)) if predict else None
+                actual = predict(n, [1, b1], step_ms) if predict else None
+                rows.append((b1, measured, nominal))
+                print(f"{n:>2} {b1:>3} {measured:9.2f} {nominal or float('nan'):10.2f} {_pct(measured, nominal):>7} "
+                      f"{actual or float('nan'):12.2f} {_pct(measured, actual):>7}   "
+                      f"{step_ms[0]:6.2f} {step_ms[1]:6.2f}        {batch[0]:.2f} {batch[1]:.2f}", flush=True)
+            best_m = max(rows, key=lambda r: r[1])[0]
+            best_p = max(rows, key=lambda r: r[2])[0] if predict else None
+            auto = f", thresholds=auto picks {auto_rows[n]}" if auto_rows else ""
+            print(f"   N={n}: best measured B1={best_m}, best predicted B1={best_p}{auto}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sections", nargs="*", default=["overhead", "handoff", "thresholds"],
+                    choices=["overhead", "handoff", "thresholds"])
+    ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / handoff")
+    ap.add_argument("--window", type=float, default=20.0, help="measurement window per threshold setting (s)")
+    ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4], help="concurrency levels to validate")
+    args = ap.parse_args()
+    if "overhead" in args.sections:
+        asyncio.run(overhead(args.tokens))
+    if "handoff" in args.sections:
+        asyncio.run(handoff(args.tokens))
+    if "thresholds" in args.sections:
+        asyncio.run(thresholds(args.window, args.warmup, args.n))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""TokenRouter vs lock-step R2R on the sim pair (bernoulli p = 0.35, 6.0 / 27.9 ms) at N = 4 and 8: runs the
+`systems_sim` experiment as one sweep and prints measured and predicted throughputs and their ratios.
+
+    .venv/bin/python benchmarks/bench_systems.py [--out DIR] [EXTRA HYDRA OVERRIDES...]
+
+Predictions: lock-step from `baselines.lockstep.bernoulli_throughput` (every round commits N tokens and costs
+a small step plus a large step unless no row was routed), TokenRouter from the throughput model's Markov
+chain at the thresholds the runtime used. A rerun with the same --out reuses finished runs (delete the dir to
+measure again). Timings need an otherwise idle machine: sim engines sleep, so CPU contention adds latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tokenrouter.cli import main as tokenrouter
+
+
+def run(out: Path, extra: list[str]) -> dict[tuple[str, int], dict]:
+    rc = tokenrouter(["bench", "-m", "+experiment=systems_sim", f"hydra.sweep.dir={out}", *extra])
+    if rc != 0:
+        sys.exit(rc)
+    runs = {}
+    for path in sorted(out.glob("*/N*/summary.json")):
+        s = json.loads(path.read_text())
+        runs[(s["system"], s["concurrency"])] = s
+    return runs
+
+
+def report(runs: dict[tuple[str, int], dict]) -> None:
+    print(f"{'N':>3} {'system':<12} {'thresholds':<10} {'measured':>9} {'predicted':>9} {'meas/pred':>9}")
+    for (system, n), s in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        pred = s.get("predicted_throughput_tok_s")
+        ratio = f"{s['throughput_tok_s'] / pred:9.3f}" if pred else f"{'-':>9}"
+        print(f"{n:>3} {system:<12} {str(s.get('thresholds') or '-'):<10} {s['throughput_tok_s']:9.1f} "
+              f"{pred or float('nan'):9.1f} {ratio}")
+    print()
+    print(f"{'N':>3} {'TokenRouter / lock-step':>24} {'predicted':>10} {'difference':>10}")
+    for n in sorted({n for _, n in runs}):
+        tr, ls = runs.get(("tokenrouter", n)), runs.get(("lockstep", n))
+        if not (tr and ls):
+            continue
+        measured = tr["throughput_tok_s"] / ls["throughput_tok_s"]
+        predicted = tr["predicted_throughput_tok_s"] / ls["predicted_throughput_tok_s"]
+        print(f"{n:>3} {measured:24.3f} {predicted:10.3f} {100 * (measured / predicted - 1):+9.1f}%")
+
+
+def cli() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("multirun/systems_sim"))
+    args, extra = parser.parse_known_args()
+    report(run(args.out, extra))
+
+
+if __name__ == "__main__":
+    cli()

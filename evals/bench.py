@@ -1,0 +1,285 @@
+"""The experiment runner behind `tokenrouter bench`: one Hydra job = one run of one system on one workload.
+
+A run dir (Hydra's output dir) receives, as the run goes:
+- `config.yaml`: the resolved experiment config (Hydra also keeps the unresolved one under `.hydra/`);
+- `requests.jsonl`: one line per finished request, written and flushed when it finishes, so a crash keeps
+  everything finished so far (failed requests are recorded with their error, never dropped);
+- `summary.json`: written last, only when the run completed. A multirun sweep skips runs whose summary.json
+  exists, so rerunning a crashed sweep with the same `hydra.sweep.dir` only runs what is missing.
+
+Clients: `arrival=closed_loop` runs `concurrency` clients, each sending its next request when its last one
+finished (the paper's serving setting); `arrival=all_at_once` sends every request at t=0 (its Pareto study).
+A request that fails on its own (`UserError` from the system, or a result with finish_reason "error") is
+recorded and the run goes on; any other exception means the system crashed: no new requests are sent, the
+partial requests.jsonl is kept, and the run ends with one clear error (no summary, so a resume reruns it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from evals.systems import ServingSystem, build_system, plain
+from tokenrouter.config import ModelSpec, model_specs
+from tokenrouter.engine.base import SamplingParams
+from tokenrouter.errors import UserError
+from tokenrouter.results import GenerationRequest, GenerationResult
+
+log = logging.getLogger(__name__)
+
+REQUESTS_FILE = "requests.jsonl"
+SUMMARY_FILE = "summary.json"
+ARRIVALS = ("closed_loop", "all_at_once")
+
+
+class RunFailed(RuntimeError):
+    """The system crashed during a run; requests.jsonl holds what finished before."""
+
+
+@dataclass
+class Prepared:
+    """The workload turned into requests for one system (prompt ids through the entry model's tokenizer)."""
+
+    requests: list[GenerationRequest]
+    answers: list[str | None]
+    kinds: list[str]
+    texts: list[str]  # prompt text (decoded, or the ids as text for weightless models)
+    tokenizer: Any
+
+
+def request_seed(seed: int, index: int) -> int:
+    """The routing/sampling seed of request `index`: the same for every system, so their decisions match."""
+    return seed * 1_000_003 + index
+
+
+def prepare(cfg: Any, entry: ModelSpec) -> tuple[str, Prepared]:
+    """Load the workload and encode its prompts with `entry`'s tokenizer (none for weightless sim models)."""
+    from evals.workloads import encode_problem, load_workload
+
+    seed = int(cfg.get("seed", 0))
+    workload = load_workload(cfg.workload, seed=seed)
+    tokenizer = None
+    if entry.engine != "sim":
+        from tokenrouter.engine.loader import load_tokenizer
+
+        tokenizer = load_tokenizer(entry.source)
+    try:
+        sampling = SamplingParams(**(plain(cfg.get("sampling")) or {}))
+    except TypeError as exc:
+        raise UserError(f"sampling: {exc} (fields: temperature, top_p, top_k, seed)") from None
+    requests, texts = [], []
+    for p in workload.problems:
+        ids = encode_problem(p, tokenizer)
+        rseed = request_seed(seed, p.index)
+        # sampled runs get a per-request sampling seed, so every system samples the same tokens
+        per_request = sampling if sampling.greedy or sampling.seed is not None else replace(sampling, seed=rseed)
+        requests.append(GenerationRequest(prompt_ids=ids, max_new_tokens=workload.max_new_tokens,
+                                          sampling=per_request, seed=rseed, index=p.index))
+        texts.append(tokenizer.decode(ids, skip_special_tokens=True) if tokenizer else " ".join(map(str, ids)))
+    answers = [p.answer for p in workload.problems]
+    kinds = [p.kind for p in workload.problems]
+    return workload.name, Prepared(requests, answers, kinds, texts, tokenizer)
+
+
+def positive_int(value: Any, what: str) -> int:
+    """A config value that must be a positive integer (Hydra passes `concurrency=` as an empty string)."""
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit() \
+            or int(value) < 1:
+        raise UserError(f"{what} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def failed_result(req: GenerationRequest, exc: BaseException, arrival_s: float) -> GenerationResult:
+    return GenerationResult(index=req.index, prompt_ids=list(req.prompt_ids), output_ids=[], finish_reason="error",
+                            arrival_s=arrival_s, finish_s=time.perf_counter(), error=f"{type(exc).__name__}: {exc}")
+
+
+async def drive(system: ServingSystem, requests: list[GenerationRequest], clients: int,
+                on_result: Callable[[GenerationResult], None]) -> tuple[list[GenerationResult], float, str | None]:
+    """Run `clients` closed-loop clients over the requests. Returns (results, elapsed seconds, crash or None)."""
+    pending = iter(requests)
+    results: list[GenerationResult] = []
+    crash: list[str] = []
+
+    async def client() -> None:
+        for req in pending:
+            if crash:
+                return
+            sent = time.perf_counter()
+            try:
+                result = await system.generate(req)
+            except UserError as exc:  # this request was rejected or failed; the system is fine
+                result = failed_result(req, exc, sent)
+            except Exception as exc:  # noqa: BLE001 - anything else: the system is gone
+                crash.append(f"{type(exc).__name__}: {exc}")
+                result = failed_result(req, exc, sent)
+            results.append(result)
+            on_result(result)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(max(1, clients))))
+    return results, time.perf_counter() - start, (crash[0] if crash else None)
+
+
+def result_row(result: GenerationResult, prep: Prepared, position: dict[int, int]) -> dict[str, Any]:
+    """The requests.jsonl line: the result plus decoded text and correctness where the workload is graded."""
+    row = result.to_json()
+    i = position[result.index]
+    if prep.tokenizer is not None:
+        row["text"] = prep.tokenizer.decode(result.output_ids, skip_special_tokens=True)
+    answer, kind = prep.answers[i], prep.kinds[i]
+    row["correct"] = None
+    if answer is not None and kind != "none" and "text" in row and result.finish_reason != "error":
+        from evals.grading import is_correct
+
+        row["correct"] = bool(is_correct(row["text"], answer, kind))
+    elif answer is not None and kind != "none" and result.finish_reason == "error":
+        row["correct"] = False
+    return row
+
+
+async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
+    """Build the workload and the system, run every request, write requests.jsonl and summary.json."""
+    from evals.metrics import summarize
+
+    arrival = str(cfg.get("arrival", "closed_loop"))
+    if arrival not in ARRIVALS:
+        raise UserError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
+    concurrency = positive_int(cfg.get("concurrency", 1), "concurrency")
+    specs = {m.name: m for m in model_specs(cfg.models)}
+    system = build_system(cfg)
+    workload_name, prep = prepare(cfg, specs[system.model_names[0]])
+    clients = len(prep.requests) if arrival == "all_at_once" else concurrency
+    calibrate = getattr(system, "calibrate", None)
+    if calibrate is not None:
+        calibrate(prep.requests, prep.texts)
+
+    position = {r.index: i for i, r in enumerate(prep.requests)}
+    rows: list[dict[str, Any]] = []
+    with (out / REQUESTS_FILE).open("w") as fh, _progress(len(prep.requests), cfg) as bar:
+
+        def on_result(result: GenerationResult) -> None:
+            rows.append(result_row(result, prep, position))
+            _write_line(fh, rows[-1])
+            bar.update(1)
+
+        try:
+            try:
+                await system.start()
+            except UserError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a system that cannot start is a failed run, not a bug here
+                raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
+            results, elapsed, crash = await drive(system, prep.requests, clients, on_result)
+            stats = system.stats()
+            extra = getattr(system, "summary_extra", lambda: {})()
+        finally:
+            await system.close()
+    if crash is not None:
+        raise RunFailed(f"system {cfg.system.name} crashed: {crash} ({len(results)} of {len(prep.requests)} "
+                        f"requests recorded in {out / REQUESTS_FILE})")
+    if results and all(r.finish_reason == "error" for r in results):
+        raise RunFailed(f"every request failed, e.g. {results[0].error} (see {out / REQUESTS_FILE})")
+
+    order = sorted(range(len(results)), key=lambda k: results[k].index)
+    results = [results[k] for k in order]
+    graded = [rows[k]["correct"] for k in order]
+    correct = graded if graded and all(c is not None for c in graded) else None
+    summary = summarize(results, elapsed, system.model_names, correct)
+    # the share of the model SET's last (strong) model, also when the system serves part of the set (single)
+    total = sum(summary["tokens_per_model"].values())
+    summary["large_token_share"] = summary["tokens_per_model"].get(list(specs)[-1], 0) / total if total else None
+    summary.update(run_info(cfg, system, workload_name, clients), stats=stats, **extra)
+    summary["predicted_throughput_tok_s"] = predicted_throughput(cfg, system, clients)
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> dict[str, Any]:
+    """What identifies the run in a results table."""
+    thresholds_at = getattr(system, "thresholds", None)
+    return {
+        "experiment": cfg.get("experiment_name"),
+        "system": cfg.system.name,
+        "model_set": cfg.models.get("name"),
+        "algorithm": plain(cfg.algorithm),
+        "workload": workload,
+        "arrival": cfg.get("arrival", "closed_loop"),
+        "concurrency": clients,
+        "seed": int(cfg.get("seed", 0)),
+        "delayed_batching": bool(cfg.runtime.get("delayed_batching", True)),
+        "thresholds_spec": plain(cfg.runtime.get("thresholds")),
+        "thresholds": list(thresholds_at(clients)) if callable(thresholds_at) else None,
+    }
+
+
+def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | None:
+    """The throughput model's prediction for closed-loop runs on sim engines with a fixed-rate algorithm
+    (perfmodel presets: bernoulli, rstitch with p01/p10, ensemble): TokenRouter from the Markov chain at the
+    thresholds it used, lock-step (bernoulli only) in closed form. None where no prediction applies."""
+    specs = model_specs(cfg.models)
+    if any(s.engine != "sim" for s in specs) or cfg.get("arrival", "closed_loop") != "closed_loop":
+        return None
+    from tokenrouter.config import AlgorithmSpec
+    from tokenrouter.engine.sim import sim_latency
+
+    algorithm = AlgorithmSpec.from_dict(cfg.algorithm)
+    latencies = [sim_latency(s.sim) for s in specs]
+    name = cfg.system.name
+    if name == "lockstep" and algorithm.name == "bernoulli" and len(specs) == 2:
+        from baselines.lockstep import bernoulli_throughput
+
+        return bernoulli_throughput(float(algorithm.params.get("route_prob", 0.35)), *latencies, n)
+    thresholds_at = getattr(system, "thresholds", None)
+    if name != "tokenrouter" or not callable(thresholds_at):
+        return None
+    from tokenrouter.perfmodel import SystemSpec, preset_for_algorithm, throughput
+
+    try:
+        route, commit = preset_for_algorithm(algorithm.name, algorithm.params)
+    except UserError:
+        return None  # no fixed routing rates (learned routers): nothing to predict
+    if len(route) != len(specs):
+        return None
+    spec = SystemSpec.build(route, commit, latencies, max_concurrency=n)
+    return throughput(spec, n, list(thresholds_at(n))).throughput_tok_s
+
+
+def _write_line(fh: IO[str], row: dict[str, Any]) -> None:
+    fh.write(json.dumps(row, default=str) + "\n")
+    fh.flush()
+
+
+def _progress(total: int, cfg: Any) -> Any:
+    from tqdm import tqdm
+
+    desc = f"{cfg.system.name} N={cfg.get('concurrency', 1)}"
+    return tqdm(total=total, desc=desc, unit="req", disable=None, leave=False)
+
+
+def run(cfg: Any) -> dict[str, Any] | None:
+    """Hydra task function: one run into Hydra's output dir (skipped in a sweep when already complete)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    hydra_cfg = HydraConfig.get()
+    out = Path(hydra_cfg.runtime.output_dir)
+    summary_path = out / SUMMARY_FILE
+    # `Hydra.run` sets mode RUN; jobs of a sweep carry MULTIRUN (or None when launched through Hydra's API)
+    if hydra_cfg.mode != RunMode.RUN and summary_path.exists():
+        log.info("skipping %s: %s exists (delete it to rerun this point)", out, SUMMARY_FILE)
+        return json.loads(summary_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    summary_path.unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
+    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    summary = asyncio.run(run_system(cfg, out))
+    log.info("%s: %.1f tok/s over %d requests -> %s", cfg.system.name, summary["throughput_tok_s"] or 0.0,
+             summary["num_requests"], out)
+    return summary

@@ -1,0 +1,89 @@
+"""Lock-step R2R semantics on our engines: same decisions as TokenRouter, different schedule, so greedy
+outputs must be identical; on the sim pair its throughput matches the lock-step prediction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from baselines.lockstep import bernoulli_throughput
+from tokenrouter.cli import main
+from tokenrouter.engine.latency import LatencyProfile
+
+
+def rows(run_dir: Path) -> dict[int, dict]:
+    out = {}
+    for line in (run_dir / "requests.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        out[row["index"]] = row
+    return out
+
+
+def test_greedy_outputs_equal_tokenrouter_on_tiny_random(tmp_path: Path) -> None:
+    common = ["models=tiny-random", "algorithm=bernoulli", "algorithm.route_prob=0.35", "seed=3",
+              "workload.num_requests=6", "workload.output_tokens=24"]
+    assert main(["bench", *common, "system=lockstep", "concurrency=3", f"hydra.run.dir={tmp_path / 'ls'}"]) == 0
+    assert main(["bench", *common, "system=tokenrouter", "concurrency=2", f"hydra.run.dir={tmp_path / 'tr'}"]) == 0
+    lock, router = rows(tmp_path / "ls"), rows(tmp_path / "tr")
+    assert sorted(lock) == sorted(router) == list(range(6))
+    for i in lock:
+        a, b = lock[i], router[i]
+        assert a["output_ids"] == b["output_ids"], i
+        assert a["finish_reason"] == b["finish_reason"]
+        assert a["tokens_per_model"] == b["tokens_per_model"] and a["handoffs"] == b["handoffs"]
+        assert a["text"] == b["text"]
+    assert sum(r["tokens_per_model"]["large"] for r in lock.values()) > 0  # routing really happened
+    assert sum(r["tokens_per_model"]["small"] for r in lock.values()) > 0
+
+
+def test_bernoulli_prediction() -> None:
+    # every round commits N tokens; it costs a small step plus a large step unless no row was routed
+    small, large = LatencyProfile.constant(6.0), LatencyProfile.constant(27.9)
+    assert bernoulli_throughput(0.0, small, large, 4) == pytest.approx(4000 / 6.0)
+    assert bernoulli_throughput(1.0, small, large, 4) == pytest.approx(4000 / 33.9)
+    assert bernoulli_throughput(0.35, small, large, 1) == pytest.approx(1000 / (6.0 + 0.35 * 27.9))
+
+
+def test_models_never_overlap_on_sim(tmp_path: Path) -> None:
+    """Lock step means one model at a time: the run lasts at least the sum of all its steps' latencies."""
+    assert main(["bench", "models=sim-r2r", "system=lockstep", "concurrency=4", "workload.num_requests=8",
+                 "workload.output_tokens=40", f"hydra.run.dir={tmp_path}"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    models = summary["stats"]["models"]
+    serial_s = (models["small"]["steps"] * 6.0 + models["large"]["steps"] * 27.9) / 1000
+    assert models["small"]["mean_batch_size"] == pytest.approx(4.0, abs=0.5)
+    assert serial_s * 0.99 <= summary["elapsed_s"] < serial_s * 3
+    assert summary["throughput_tok_s"] <= summary["predicted_throughput_tok_s"] * 1.1
+
+
+def test_driver_failure_fails_requests_instead_of_hanging() -> None:
+    """Fault injection: a bug in the driver thread must surface as errors on every waiting request."""
+    import asyncio
+
+    from baselines.lockstep import LockstepSystem
+    from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+    from tokenrouter.results import GenerationRequest
+
+    specs = [ModelSpec(name="small", engine="sim"), ModelSpec(name="large", engine="sim")]
+
+    async def scenario() -> None:
+        system = LockstepSystem(specs, AlgorithmSpec("bernoulli", {"route_prob": 0.5}), RuntimeConfig())
+        await system.start()
+        try:
+            ok = await system.generate(GenerationRequest([5, 6, 7], max_new_tokens=3))
+            assert len(ok.output_ids) == 3
+
+            def broken(waiting):
+                raise ValueError("injected")
+
+            system._admit = broken  # type: ignore[method-assign]
+            with pytest.raises(RuntimeError, match="injected"):
+                await asyncio.wait_for(system.generate(GenerationRequest([5, 6], max_new_tokens=3)), 10)
+            with pytest.raises(RuntimeError, match="driver failed"):
+                await system.generate(GenerationRequest([5], max_new_tokens=1))
+        finally:
+            await asyncio.wait_for(system.close(), 10)
+
+    asyncio.run(scenario())

@@ -1,0 +1,137 @@
+"""Std. Serving: real single-model `tokenrouter serve` subprocesses driven one token at a time over HTTP by
+the external dispatcher; its greedy outputs must equal TokenRouter's (same algorithm, same seeds)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from baselines.std_serving import StdServingOptions, StdServingSystem, from_setup
+from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
+from tokenrouter.errors import UserError
+from tokenrouter.results import GenerationRequest
+
+TINY = {"members": [{"name": "small", "source": "tiny-random:small"}, {"name": "large", "source": "tiny-random:large"}]}
+
+
+def _children() -> set[int]:
+    me = str(os.getpid())
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                out.add(int(entry.name))
+    return out
+
+
+def test_greedy_outputs_equal_tokenrouter_and_cost_is_reported() -> None:
+    from tokenrouter.runtime.frontend import TokenRouterFrontend
+
+    specs = model_specs(TINY)
+    algo = AlgorithmSpec("bernoulli", {"route_prob": 0.35})
+    runtime = RuntimeConfig(thresholds=[1, 1])
+    prompts = [[5, 9, 12, 40], [7, 7, 30], [11, 50, 51, 52, 53, 54], [20]]
+    reqs = [GenerationRequest(p, max_new_tokens=14, seed=100 + i, index=i) for i, p in enumerate(prompts)]
+    before = _children()
+
+    async def run() -> tuple[list, list, dict]:
+        router = TokenRouterFrontend(specs, algo, runtime)
+        std = StdServingSystem(specs, algo, runtime, options=StdServingOptions())
+        try:
+            await asyncio.gather(router.start(), std.start())  # start-up dominates: overlap it
+            expected = await router.generate_many(reqs)
+            got = await asyncio.gather(*(std.generate(r) for r in reqs))
+            return expected, list(got), std.stats()
+        finally:
+            await asyncio.gather(router.close(), std.close())
+
+    expected, got, stats = asyncio.run(run())
+    assert _children() <= before, "std_serving left server processes behind"
+    for e, g in zip(expected, got, strict=True):
+        assert g.output_ids == e.output_ids
+        assert g.tokens_per_model == e.tokens_per_model and g.handoffs == e.handoffs
+        assert g.finish_reason == e.finish_reason
+    assert sum(g.handoffs for g in got) > 0 and all(g.first_token_s is not None for g in got)
+
+    small = stats["models"]["small"]
+    assert small["steps"] >= small["tokens_committed"] > 0 and small["handoffs_sent"] > 0
+    cost = small["per_token_ms"]
+    assert cost["dispatch"] >= cost["http_round_trip"] >= cost["server_handling"] > cost["model_step"] > 0
+    assert 0 < cost["model_step_share"] < 1
+    assert small["server"]["engine_steps"] > 0
+
+
+def test_config_errors_are_one_line_user_errors() -> None:
+    with pytest.raises(UserError, match="server must be one of"):
+        StdServingOptions(server="vllm")
+    with pytest.raises(UserError, match="return_logits"):
+        StdServingOptions(return_logits="sometimes")
+
+    class Setup:
+        models = model_specs(TINY)
+        algorithm = AlgorithmSpec("bernoulli", {})
+        runtime = RuntimeConfig()
+        seed = 0
+        system = {"name": "std_serving", "prefix_cache_token": 5}
+
+        def unknown_fields(self, known: set[str]) -> None:
+            extra = sorted(set(self.system) - known - {"name"})
+            if extra:
+                raise UserError(f"unknown field(s) {extra}")
+
+    with pytest.raises(UserError, match="prefix_cache_token"):
+        from_setup(Setup())
+    opts = StdServingOptions()
+    assert opts.outputs("bernoulli") == (False, False) and opts.outputs("r2r") == (True, True)
+    assert opts.outputs("rstitch") == (True, False)
+
+
+def test_sglang_server_without_sglang_is_a_clear_error() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("sglang") is not None:
+        pytest.skip("SGLang is installed here")
+    std = StdServingSystem(model_specs(TINY), AlgorithmSpec("bernoulli", {}), RuntimeConfig(),
+                           options=StdServingOptions(server="sglang"))
+    with pytest.raises(UserError, match="needs SGLang installed"):
+        asyncio.run(std.start())
+    assert std.servers == [] and std._dir is None
+
+
+@pytest.mark.slow
+def test_rstitch_through_returned_logits_equals_lockstep() -> None:
+    """R-Stitch routes on the servers' returned next-token logits (both sides keep their tokens)."""
+    from baselines.lockstep import LockstepSystem
+
+    specs = model_specs(TINY)
+    algo = AlgorithmSpec("rstitch", {"tau": 0.3})
+    reqs = [GenerationRequest([5 + i, 9, 12], max_new_tokens=16, seed=i, index=i) for i in range(3)]
+
+    async def run() -> tuple[list, list]:
+        async with LockstepSystem(specs, algo, RuntimeConfig()) as ls:
+            expected = [await ls.generate(r) for r in reqs]
+        async with StdServingSystem(specs, algo, RuntimeConfig(thresholds=[1, 1])) as std:
+            assert (std.want_logits, std.want_hidden) == (True, False)
+            got = [await std.generate(r) for r in reqs]
+        return expected, got
+
+    expected, got = asyncio.run(run())
+    assert [g.output_ids for g in got] == [e.output_ids for e in expected]
+    assert [g.tokens_per_model for g in got] == [e.tokens_per_model for e in expected]
+    assert sum(g.tokens_per_model["large"] for g in got) > 0 and sum(g.handoffs for g in got) > 0
+
+
+def test_a_server_that_cannot_start_is_a_clear_error_and_leaves_nothing() -> None:
+    specs = model_specs({"members": [{"name": "large", "engine": "sim", "sim": {"vocab_size": 2}}]})
+    std = StdServingSystem(specs, AlgorithmSpec("stay", {}), RuntimeConfig())
+    before = _children()
+    with pytest.raises(UserError, match=r"server for model 'large' exited with code 1: .*vocab_size >= 3"):
+        asyncio.run(std.start())
+    assert _children() <= before and std.servers == [] and std._dir is None

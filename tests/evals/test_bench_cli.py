@@ -1,0 +1,88 @@
+"""`tokenrouter bench` end to end on the sim pair with the in-process lock-step system (fast: no subprocesses):
+run dir contents, sweeps that resume, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tokenrouter.cli import main
+
+SIM = ["models=sim-r2r", "system=lockstep", "workload.num_requests=6", "workload.output_tokens=12"]
+
+
+def read_rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+
+
+def test_run_writes_config_requests_and_summary(tmp_path: Path) -> None:
+    assert main(["bench", *SIM, "concurrency=3", f"hydra.run.dir={tmp_path}"]) == 0
+    assert (tmp_path / "config.yaml").is_file() and (tmp_path / ".hydra" / "config.yaml").is_file()
+    rows = read_rows(tmp_path)
+    assert sorted(r["index"] for r in rows) == list(range(6))
+    for r in rows:
+        assert len(r["output_ids"]) == 12 and r["finish_reason"] == "length"
+        assert sum(r["tokens_per_model"].values()) == 12 and r["correct"] is None
+        assert r["first_token_s"] >= r["arrival_s"] and r["finish_s"] >= r["first_token_s"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["num_requests"] == 6 and summary["output_tokens"] == 72
+    assert summary["system"] == "lockstep" and summary["concurrency"] == 3
+    assert summary["throughput_tok_s"] == pytest.approx(72 / summary["elapsed_s"])
+    # lock-step rounds cost a small step plus, mostly, a large step: well below the small model's own rate
+    assert 0 < summary["throughput_tok_s"] < 3 * 1000 / 6.0
+    assert summary["predicted_throughput_tok_s"] > 0
+    assert summary["stats"]["models"]["small"]["mean_batch_size"] > 1
+
+
+def test_sweep_resumes_without_rerunning(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    sweep = ["bench", "-m", *SIM, "concurrency=1,2", f"hydra.sweep.dir={tmp_path}"]
+    assert main(sweep) == 0
+    summaries = sorted(tmp_path.glob("*/summary.json"))
+    assert len(summaries) == 2
+    assert {json.loads(p.read_text())["concurrency"] for p in summaries} == {1, 2}
+    table = pd.read_csv(tmp_path / "results.csv")  # the sweep collected into one table
+    assert sorted(table["concurrency"]) == [1, 2] and set(table["system"]) == {"lockstep"}
+    first = {p: p.stat().st_mtime_ns for p in summaries}
+    # a crashed point: its summary is gone, its partial requests.jsonl remains -> only it runs again
+    crashed = summaries[0]
+    crashed.unlink()
+    requests_before = {p.parent: p.parent.joinpath("requests.jsonl").stat().st_mtime_ns for p in summaries}
+    assert main(sweep) == 0
+    assert crashed.is_file()
+    other = summaries[1]
+    assert other.stat().st_mtime_ns == first[other]
+    assert other.parent.joinpath("requests.jsonl").stat().st_mtime_ns == requests_before[other.parent]
+    assert "skipping" in capsys.readouterr().err + "".join(p.read_text() for p in tmp_path.glob("*/bench.log"))
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for argv in (["models=nope"], ["concurrency=0", *SIM[:2]], ["nosuchkey=1"], ["--bogus"], ["arrival=sometimes", *SIM[:2]],
+                 ["system=single", "models=sim-r2r"], ["system=nope"]):
+        capsys.readouterr()
+        assert main(["bench", *argv, f"hydra.run.dir={tmp_path}"]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("tokenrouter bench: error:") and "\n" not in err and "Traceback" not in err, err
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_help_shows_ours_and_hydras(capsys: pytest.CaptureFixture) -> None:
+    assert main(["bench", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "closed-loop" in out and "summary.json" in out  # ours
+    assert "== Configuration groups ==" in out and "experiment:" in out and "threshold_validation" in out
+
+
+def test_conf_dir_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("TOKENROUTER_CONF", str(tmp_path))
+    assert main(["bench"]) == 2
+    assert "TOKENROUTER_CONF" in capsys.readouterr().err
+
+
+def test_all_at_once_and_grading_free_workload(tmp_path: Path) -> None:
+    assert main(["bench", *SIM, "arrival=all_at_once", f"hydra.run.dir={tmp_path}"]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["concurrency"] == 6 and summary["arrival"] == "all_at_once"
+    assert summary["stats"]["models"]["small"]["mean_batch_size"] > 3

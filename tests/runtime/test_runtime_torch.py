@@ -1,0 +1,72 @@
+"""The runtime on real tiny transformer models (tiny-random small/large, greedy): never-routed requests give
+the small model's own output, always-routed ones the large model's (every token crosses a hand-off and an
+extend, so the KV catch-up is exact), and mixed routing is identical across runs and concurrency levels.
+One front end serves all three through a per-request-probability Bernoulli (tests/runtime/user_algorithms/seeded.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.engine.torch_engine import TorchEngine
+from tokenrouter.results import GenerationRequest
+
+from .conftest import Frontends, greedy_reference
+
+SMALL = ModelSpec(name="small", source="tiny-random:small", kv_tokens=4096)
+LARGE = ModelSpec(name="large", source="tiny-random:large", kv_tokens=4096)
+PROMPTS = [[5, 17, 33, 40], [2, 9, 40, 41, 7, 3, 88, 12, 13], [60, 61, 62], [44, 8, 19, 90, 1, 30]]
+NEW = 12
+NEVER, ALWAYS, MIXED = 0, 1, 2  # seed % 3 -> route probability 0, 1, 0.35 (user_algorithms/seeded.py)
+
+
+def _reqs(kind: int) -> list[GenerationRequest]:
+    # no stop ids: a random model may emit EOS early; fixed lengths keep the comparison strict
+    return [GenerationRequest(p, max_new_tokens=NEW, seed=3 * i + kind, index=i, stop_token_ids=[])
+            for i, p in enumerate(PROMPTS)]
+
+
+@pytest.fixture(scope="module")
+def fes():
+    here = str(Path(__file__).parent)
+    sys.path.insert(0, here)  # subservers inherit sys.path, so they import the test algorithm too
+    try:
+        f = Frontends({"seeded": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.seeded"),
+                                  RuntimeConfig(thresholds=[1, 2], max_wait_ms=10.0))})
+    finally:
+        sys.path.remove(here)
+    yield f
+    f.close()
+
+
+@pytest.fixture(scope="module")
+def references() -> dict[str, list[list[int]]]:
+    refs = {}
+    for spec in (SMALL, LARGE):
+        engine = TorchEngine.from_spec(spec)
+        engine.eos_token_ids = ()  # match the runtime requests: no early stop
+        refs[spec.name] = [greedy_reference(engine, p, NEW) for p in PROMPTS]
+    assert refs["small"] != refs["large"]
+    return refs
+
+
+def test_outputs_equal_each_models_own_greedy_output_when_routing_is_fixed(fes, references) -> None:
+    fe = fes.fe["seeded"]
+    results = fes.run(fe.generate_many(_reqs(NEVER) + _reqs(ALWAYS)))
+    never, always = results[: len(PROMPTS)], results[len(PROMPTS):]
+    assert [r.output_ids for r in never] == references["small"]
+    assert all(r.tokens_per_model == {"small": NEW, "large": 0} for r in never)
+    assert [r.output_ids for r in always] == references["large"]
+    assert all(r.tokens_per_model == {"small": 0, "large": NEW} and r.handoffs == 2 * NEW - 1 for r in always)
+
+
+def test_mixed_routing_identical_across_runs_and_concurrency(fes, references) -> None:
+    fe = fes.fe["seeded"]
+    together = [r.output_ids for r in fes.run(fe.generate_many(_reqs(MIXED)))]
+    crowded = [r.output_ids for r in fes.run(fe.generate_many(_reqs(MIXED) + _reqs(ALWAYS)))][: len(PROMPTS)]
+    one_by_one = [fes.run(fe.generate(r)).output_ids for r in _reqs(MIXED)]
+    assert together == crowded == one_by_one
+    assert together != references["small"] and together != references["large"]

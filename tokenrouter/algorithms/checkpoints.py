@@ -1,0 +1,180 @@
+"""Router checkpoints: the official R2R layout (torch-saved dict) and our own (safetensors + JSON sidecar).
+
+Official layout (public thu-nics/R2R code): `torch.save({"model_type", "init_args", "common_args":
+{"threshold", "input_type"}, "model_specific_args", "state_dict"})`, with `token_embeddings.weight` stripped
+from the state dict (it is a frozen copy of the small model's input embedding, rebuilt here from the serving
+engine). It is read with `torch.load(weights_only=True)` ONLY: a file that needs arbitrary Python objects
+unpickled is refused, never executed. A path that is not a local file is looked up on the Hugging Face Hub
+as `owner/repo[/path/in/repo.pt]` (default file `default_router.pt`), with a clear error when offline.
+
+Our layout: `<stem>.safetensors` (weights, token embedding stripped too) + `<stem>.json` (router kind, init
+config, threshold in the algorithm's own terms, label statistics and held-out metrics from training).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from tokenrouter.algorithms.routers import R2RRouter, RouterNet, build_router, router_config
+from tokenrouter.errors import UserError
+
+FORMAT = "tokenrouter.router"
+EMBEDDING_KEY = "token_embeddings.weight"
+OFFICIAL_R2R_TYPES = {"hiddenstatestokenlmheadlogitsclassifier"}
+# Official init_args that describe how the router was built or trained, not its shape: ignored on load.
+OFFICIAL_IGNORED_ARGS = {"pretrained_model_name", "freeze_lm_head", "topk", "max_position_embeddings", "dtype", "output_dim"}
+
+
+@dataclass
+class LoadedRouter:
+    """A router ready to score, the threshold saved with it (None: none saved) and its metadata."""
+
+    net: RouterNet
+    threshold: float | None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def load_router(path: str, kind: str, embeddings: torch.Tensor | None = None) -> LoadedRouter:
+    """Load a router of `kind` from our format or (r2r) the official layout; `embeddings` = the small model's
+    input embedding weight, needed by routers that embed the predicted token."""
+    local = _resolve(path)
+    if local.is_dir() or local.suffix in (".json", ".safetensors"):
+        loaded = _load_ours(local, kind)
+    elif kind == "r2r":
+        loaded = load_official(local, embeddings)
+    else:
+        raise UserError(f"{kind} router {path!r}: expected a .safetensors + .json pair (or their directory)")
+    if isinstance(loaded.net, R2RRouter):
+        if embeddings is None:
+            raise UserError(f"{kind} router {path!r} needs the small model's input embedding (engine has none)")
+        loaded.net.load_embeddings(embeddings)
+    loaded.net.eval()
+    return loaded
+
+
+def load_official(path: Path, embeddings: torch.Tensor | None = None) -> LoadedRouter:
+    """Read an official R2R checkpoint dict (weights only) into an `R2RRouter`. Its token embedding comes from
+    the checkpoint when present (the `_all` variant), else from `embeddings` (the small model's)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = _unpickler_reason(str(exc))
+        if "global" not in reason.lower():
+            raise UserError(f"router checkpoint {str(path)!r} is not a readable torch checkpoint: {reason}") from None
+        raise UserError(
+            f"router checkpoint {str(path)!r} needs unpickling arbitrary Python objects, which could run code; "
+            f"refused (only weights-only checkpoints load): {reason}"
+        ) from None
+    except (RuntimeError, OSError, EOFError) as exc:
+        raise UserError(f"router checkpoint {str(path)!r} is not a readable torch checkpoint: {exc}") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "init_args" not in ckpt:
+        raise UserError(f"router checkpoint {str(path)!r}: not the R2R layout (a dict with init_args and state_dict)")
+    model_type = str(ckpt.get("model_type", ""))
+    if model_type.lower() not in OFFICIAL_R2R_TYPES:
+        raise UserError(
+            f"router checkpoint {str(path)!r}: model_type {model_type!r} is not supported "
+            f"(supported: HiddenStatesTokenLMHeadLogitsClassifier, the R2R router)"
+        )
+    state = dict(ckpt["state_dict"])
+    args = dict(ckpt["init_args"])
+    if args.pop("use_position_embedding", False):
+        raise UserError(f"router checkpoint {str(path)!r}: position embeddings are not supported")
+    for key in OFFICIAL_IGNORED_ARGS:
+        args.pop(key, None)
+    emb = state.pop(EMBEDDING_KEY, embeddings)
+    if emb is None:
+        raise UserError(f"router checkpoint {str(path)!r} has no token embedding: pass the small model's")
+    hidden = int(args.get("hidden_states_size", 0))
+    proj = state.get("combined_projection.weight")
+    if proj is None or not hidden:
+        raise UserError(f"router checkpoint {str(path)!r}: missing combined_projection weights or hidden_states_size")
+    args["embed_dim"] = int(proj.shape[1]) - 2 * hidden
+    args["vocab_size"] = int(emb.shape[0])
+    net = build_router("r2r", args)
+    _load_state(net, state, path)
+    net.load_embeddings(emb)
+    common = dict(ckpt.get("common_args") or {})
+    threshold = common.get("threshold")
+    meta = {"model_type": model_type, "common_args": common, "model_specific_args": ckpt.get("model_specific_args")}
+    return LoadedRouter(net, None if threshold is None else float(threshold), meta)
+
+
+def save_router(net: RouterNet, stem: Path, threshold: float, meta: dict[str, Any]) -> tuple[Path, Path]:
+    """Write `<stem>.safetensors` + `<stem>.json`; returns both paths."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in net.state_dict().items() if k != EMBEDDING_KEY}
+    weights, sidecar = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    save_file(state, str(weights))
+    doc = {"format": FORMAT, "version": 1, "kind": net.kind, "config": router_config(net), "threshold": threshold}
+    doc.update(meta)
+    sidecar.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return weights, sidecar
+
+
+def _unpickler_reason(message: str) -> str:
+    """The one informative line of torch's weights-only refusal (e.g. `Unsupported global: GLOBAL x.y`)."""
+    tail = message.split("WeightsUnpickler error:", 1)[-1]
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[0].split(" Please use", 1)[0] if lines else "unreadable"
+
+
+def _load_ours(path: Path, kind: str) -> LoadedRouter:
+    if path.is_dir():
+        found = sorted(path.glob("*.json"))
+        if len(found) != 1:
+            raise UserError(f"router directory {str(path)!r}: expected exactly one .json sidecar, found {len(found)}")
+        path = found[0]
+    sidecar, weights = path.with_suffix(".json"), path.with_suffix(".safetensors")
+    for needed in (sidecar, weights):
+        if not needed.is_file():
+            raise UserError(f"router {str(path)!r}: missing {needed.name}")
+    try:
+        doc = json.loads(sidecar.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"router sidecar {str(sidecar)!r} is not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UserError(f"router sidecar {str(sidecar)!r}: not a {FORMAT} file")
+    if doc.get("kind") != kind:
+        raise UserError(f"router {str(path)!r} is a {doc.get('kind')!r} router, not {kind!r}")
+    net = build_router(kind, dict(doc.get("config") or {}))
+    _load_state(net, load_file(str(weights)), weights)
+    threshold = doc.get("threshold")
+    return LoadedRouter(net, None if threshold is None else float(threshold), doc)
+
+
+def _load_state(net: RouterNet, state: dict[str, torch.Tensor], path: Path) -> None:
+    state = {k: v for k, v in state.items() if k != EMBEDDING_KEY}
+    missing, unexpected = net.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k != EMBEDDING_KEY]
+    if missing or unexpected:
+        raise UserError(f"router {str(path)!r}: weights do not match its config (missing {missing}, unexpected {unexpected})")
+
+
+def _resolve(path: str) -> Path:
+    """A local file or directory, else a Hub path `owner/repo[/file]` downloaded (clear error when offline)."""
+    local = Path(path).expanduser()
+    if local.exists():
+        return local
+    parts = [p for p in str(path).split("/") if p]
+    if str(path).startswith(("/", ".", "~")) or len(parts) < 2:
+        raise UserError(f"router {path!r}: no such file")
+    repo_id = "/".join(parts[:2])
+    filename = "/".join(parts[2:]) or "default_router.pt"
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(repo_id=repo_id, filename=filename))
+    except Exception as exc:  # offline, unknown repo or file: one clear line, whatever the Hub client raised
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"router {path!r} is not a local file and could not be fetched from the Hugging Face Hub "
+            f"({repo_id}, {filename}): {reason}. Download it and pass the local path."
+        ) from None

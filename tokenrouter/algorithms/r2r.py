@@ -1,0 +1,22 @@
+"""R2R (Roads to Rome): the official router scores each small-model token; a token predicted "divergent"
+(sigmoid(score) >= threshold) is dropped, the large model regenerates it and hands the request back.
+
+Parameters: `router` (our safetensors + JSON router, or an official torch-saved checkpoint, local or a Hub
+path such as `nics-efc/R2R_router_collections/Qwen3-0.6B+Qwen3-32B/default_router.pt`) and `threshold`
+(None: the one saved with the router; the paper used 0.406 on AIME, 0.42 on GPQA).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tokenrouter.algorithms.learned import LearnedRouting, logit
+from tokenrouter.api import register
+
+
+@register
+class R2R(LearnedRouting):
+    name = "r2r"
+
+    def flags(self, raw: torch.Tensor) -> torch.Tensor:
+        return raw >= logit(self.threshold)

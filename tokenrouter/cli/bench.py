@@ -1,0 +1,169 @@
+"""`tokenrouter bench [OVERRIDES...] [-m]`: one experiment run, or a Hydra multirun sweep (-m).
+
+Runs Hydra in-process (its own API, not `@hydra.main`) so that a bad override or config is one line and exit
+status 2 like every other command, and so tests can call `tokenrouter.cli.main(["bench", ...])`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.errors import UserError
+
+HELP = "run an experiment (Hydra overrides; -m for a multirun sweep) and write a run dir"
+
+DESCRIPTION = """\
+Run one experiment (or, with -m, a sweep of them) of a serving system on a workload, configured with Hydra.
+Each run writes into its run dir: config.yaml (resolved), requests.jsonl (one line per finished request,
+written as it finishes) and summary.json (throughput, latency, TTFT, accuracy, token shares, thresholds).
+
+examples:
+  tokenrouter bench models=sim-r2r algorithm=bernoulli concurrency=4 hydra.run.dir=runs/one
+  tokenrouter bench -m models=sim-r2r system=tokenrouter,lockstep concurrency=4,8
+  tokenrouter bench -m +experiment=threshold_validation      # conf/experiment/*.yaml
+  tokenrouter bench -m +experiment=concurrency_sweep hydra/launcher=joblib hydra.launcher.n_jobs=2
+
+Config groups: models, algorithm, system, workload, experiment (see the list below). Top-level keys:
+concurrency (closed-loop clients), arrival (closed_loop | all_at_once), seed, runtime.* (thresholds,
+delayed_batching, ...), optional +sampling.temperature=... (greedy by default).
+
+Sweeps: a sweep skips every run whose summary.json already exists, so rerunning the same command after a
+crash resumes it; at the end its runs are collected into one table, <sweep dir>/results.csv. Experiments write to the fixed dir multirun/<experiment>/<point>; for your own sweeps pass
+hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out: joblib locally
+(hydra/launcher=joblib, package hydra-joblib-launcher), submitit on SLURM (see conf/experiment/README.md).
+Set TOKENROUTER_CONF=DIR to use another config dir (default: the repo's conf/)."""
+
+
+def conf_dir() -> Path:
+    """The Hydra config dir: $TOKENROUTER_CONF, else conf/ next to the package (repo checkout)."""
+    env = os.environ.get("TOKENROUTER_CONF")
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
+    if not (path / "config.yaml").is_file():
+        where = "TOKENROUTER_CONF" if env else "the repository"
+        raise UserError(f"no Hydra config found at {path}/config.yaml (set by {where}); "
+                        "set TOKENROUTER_CONF to a dir holding config.yaml and its groups")
+    return path
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog="tokenrouter bench", add_help=False)
+    p.add_argument("-h", "--help", action="store_true")
+    p.add_argument("-m", "--multirun", action="store_true", help="run a sweep (comma-separated values)")
+    p.add_argument("--cfg", choices=("job", "hydra", "all"), help="print the composed config and exit")
+    p.add_argument("--resolve", action="store_true", help="with --cfg: resolve interpolations")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. models=sim-r2r concurrency=8")
+    return p
+
+
+def _hydra(conf: Path):  # -> hydra._internal.hydra.Hydra
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    return Hydra.create_main_hydra2("bench", create_config_search_path(str(conf)))
+
+
+def _print_help(hydra, overrides: list[str]) -> None:
+    from hydra._internal.utils import get_args_parser
+
+    print(f"usage: tokenrouter bench [-m] [--cfg job|hydra|all [--resolve]] [OVERRIDES...]\n\n{HELP}\n\n{DESCRIPTION}\n")
+    print("== Hydra ==")
+    args = get_args_parser().parse_args(overrides)
+    hydra.app_help(config_name="config", args_parser=get_args_parser(), args=args)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = (str(exc).split("Config search path:")[0]).strip() or type(exc).__name__
+    line = " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+    return line if len(line) <= 400 else line[:397] + "..."
+
+
+@dataclass
+class JobFailure:
+    """What a failed run returns instead of raising, so Hydra prints no traceback banner and a sweep goes on.
+    Plain data: with the joblib launcher it comes back from a worker process."""
+
+    run_dir: str
+    message: str
+    bad_input: bool  # a UserError (exit 2) rather than a crashed system (exit 1)
+
+
+def _task(cfg: Any) -> Any:
+    from hydra.core.hydra_config import HydraConfig
+
+    from evals.bench import RunFailed
+    from evals.bench import run as run_one
+
+    try:
+        return run_one(cfg)
+    except (UserError, RunFailed) as exc:
+        return JobFailure(HydraConfig.get().runtime.output_dir, str(exc), isinstance(exc, UserError))
+
+
+def _failures(returns: Any) -> list[JobFailure]:
+    """JobFailures among Hydra's job returns (one JobReturn for a run, batches of them for a sweep)."""
+    items = returns if isinstance(returns, list) else [[returns]]
+    return [r.return_value for batch in items for r in batch if isinstance(r.return_value, JobFailure)]
+
+
+SHOWN = ("system", "algorithm", "models", "concurrency", "throughput_tok_s", "predicted_throughput_tok_s",
+         "accuracy", "mean_latency_s", "run_dir")
+
+
+def _collect(sweep_dir: Path) -> None:
+    """The sweep's runs as one table: results.csv in the sweep dir, and the main columns printed."""
+    from evals.results import load_results
+
+    try:
+        table = load_results([sweep_dir])
+    except UserError as exc:  # every run failed: nothing to collect
+        print(f"tokenrouter bench: no results to collect in {sweep_dir}: {exc}", file=sys.stderr)
+        return
+    table.to_csv(sweep_dir / "results.csv", index=False)
+    shown = table[[c for c in SHOWN if c in table.columns]]
+    print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    print(f"{len(table)} runs -> {sweep_dir / 'results.csv'}")
+
+
+def run(argv: list[str]) -> int:
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    args = _parser().parse_args(argv)
+    bad = [o for o in args.overrides if o.startswith("-")]
+    if bad:
+        raise UserError(f"unknown option {bad[0]!r} (see `tokenrouter bench --help`)")
+    hydra = _hydra(conf_dir())
+    try:
+        if args.help:
+            _print_help(hydra, args.overrides)
+            return 0
+        if args.cfg:
+            hydra.show_cfg(config_name="config", overrides=args.overrides, cfg_type=args.cfg, package=None,
+                           resolve=args.resolve)
+            return 0
+        if args.multirun:
+            returns = hydra.multirun(config_name="config", task_function=_task, overrides=args.overrides)
+        else:
+            returns = hydra.run(config_name="config", task_function=_task, overrides=args.overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise UserError(_one_line(exc)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    failures = _failures(returns)
+    if args.multirun and returns and returns[0]:
+        _collect(Path(returns[0][0].hydra_cfg.hydra.sweep.dir))
+    if not args.multirun and failures and failures[0].bad_input:
+        raise UserError(failures[0].message)
+    for f in failures:
+        print(f"tokenrouter bench: run failed ({f.run_dir}): {f.message}", file=sys.stderr)
+    if failures:
+        return 2 if all(f.bad_input for f in failures) else 1
+    return 0

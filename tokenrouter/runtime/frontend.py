@@ -1,0 +1,513 @@
+"""The front end: starts and supervises one subserver process per model and serves an asyncio client API.
+
+Why a separate process per model and a thin front end: each model steps at its own pace; the front end only
+admits requests to the entry model, keeps the global active count N (and the thresholds for it) in sync
+across subservers, and reassembles each request's output from whichever models committed its tokens.
+Tokens carry their output index, so chunks from different models may arrive out of order and still land
+right. A subserver that dies fails every in-flight request with a clear error (RuntimeFailure) and the
+front end shuts itself down; SIGTERM and interpreter exit also take the subservers and socket files along.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.errors import UserError
+from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.runtime import subserver
+from tokenrouter.runtime.auto import auto_table
+from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
+from tokenrouter.runtime.messages import (
+    OUT_HIDDEN,
+    OUT_LOGITS,
+    Abort,
+    Active,
+    Fatal,
+    Message,
+    Peers,
+    Ready,
+    Report,
+    RequestMeta,
+    Shutdown,
+    StatsRequest,
+    Submit,
+    decode,
+    encode,
+)
+from tokenrouter.runtime.thresholds import ThresholdTable
+
+DEATH_GRACE_S = 0.2  # after noticing a dead subserver, wait this long for its Fatal frame (the reason)
+SUPERVISE_PERIOD_S = 0.1
+SHUTDOWN_WAIT_S = 5.0
+
+
+class RuntimeFailure(RuntimeError):
+    """The serving system failed (a subserver died, start-up failed, or the front end was closed)."""
+
+
+class RequestError(UserError):
+    """The runtime rejected or failed one request (e.g. it can never fit in a model's KV pool)."""
+
+
+@dataclass
+class StreamEvent:
+    """Newly committed tokens of one request, in order; the last event carries the result."""
+
+    token_ids: list[int]
+    result: GenerationResult | None = None
+
+
+@dataclass
+class _Flight:
+    """One in-flight request on the front end."""
+
+    req: GenerationRequest
+    rid: str
+    arrival: float
+    num_models: int
+    output: list[int] = field(default_factory=list)
+    early: dict[int, list[int]] = field(default_factory=dict)  # chunks that arrived ahead of their turn
+    per_model: list[int] = field(default_factory=list)
+    first_token: float | None = None
+    final: tuple[str, int, int] | None = None  # (reason, output length, hand-offs)
+    extra: dict[str, Any] = field(default_factory=dict)  # the finishing step's logits / hidden, if asked
+    events: asyncio.Queue | None = None
+    future: asyncio.Future | None = None
+
+    def __post_init__(self) -> None:
+        self.per_model = [0] * self.num_models
+
+
+class TokenRouterFrontend:
+    """Client API over the subservers. Use `async with TokenRouterFrontend(...) as router:`."""
+
+    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig | None = None,
+                 seed: int = 0) -> None:
+        if not models:
+            raise UserError("models: need at least one model")
+        self.models = list(models)
+        self.model_names = [m.name for m in self.models]
+        self.algorithm = algorithm
+        self.runtime = runtime or RuntimeConfig()
+        self.seed = seed
+        if self.runtime.ipc not in ("ipc", "tcp"):
+            raise UserError(f"runtime.ipc must be 'ipc' or 'tcp', got {self.runtime.ipc!r}")
+        self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
+        self._procs: list[subprocess.Popen] = []
+        self._ready: list[Ready | None] = [None] * len(self.models)
+        self._fatal: dict[int, str] = {}
+        self._flights: dict[str, _Flight] = {}
+        self._rids = itertools.count()
+        self._stats_seq = 0
+        self._stats: list[dict[str, Any] | None] = [None] * len(self.models)
+        self._dir: Path | None = None
+        self._ctx: zmq.Context | None = None
+        self._inbox: zmq.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._outboxes: list[zmq.Socket] = []
+        self._tasks: list[asyncio.Task] = []
+        self._startup: asyncio.Future | None = None
+        self._failure: str | None = None
+        self._started = False
+        self._closed = False
+        self._vocab = 0
+        self._eos: list[int] = []
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the subservers (index = model index)."""
+        return [p.pid for p in self._procs]
+
+    @property
+    def socket_dir(self) -> Path | None:
+        """The private directory holding the ipc:// socket files (None with tcp or when closed)."""
+        return self._dir
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        """The entry model's EOS ids, the default stop tokens (known once started; the HTTP server reports
+        them so an external dispatcher, e.g. Std. Serving, can stop like TokenRouter does)."""
+        return list(self._eos)
+
+    # ---- life cycle ----------------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> TokenRouterFrontend:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Spawn one subserver per model and wait until every one has built its engine."""
+        if self._started:
+            return
+        self._started = True
+        loop = asyncio.get_running_loop()
+        rt = self.runtime
+        if rt.thresholds == "auto" and rt.delayed_batching:  # search (or read the disk cache) off the loop
+            rows = await asyncio.to_thread(auto_table, self.models, self.algorithm, rt.auto_max_concurrency)
+            self.thresholds = ThresholdTable("auto", len(self.models), True, rows)
+        if rt.ipc == "ipc":
+            self._dir = private_dir()
+            where = str(self._dir)
+        else:
+            where = rt.host
+        self._ctx = zmq.Context()
+        self._inbox, endpoint = bind_inbox(self._ctx, rt.ipc, where, "frontend")
+        self._loop = loop
+        loop.add_reader(self._inbox.getsockopt(zmq.FD), self._on_readable)
+        _watch(self)
+        self._startup = loop.create_future()
+        models = [m.to_dict() for m in self.models]
+        for i in range(len(self.models)):
+            cfg = subserver.SubserverConfig(i, models, self.algorithm.name, dict(self.algorithm.params),
+                                            asdict(rt), endpoint, rt.ipc, where)
+            self._procs.append(_spawn(cfg.to_blob()))
+        self._tasks = [asyncio.create_task(self._supervise())]
+        try:
+            await asyncio.wait_for(asyncio.shield(self._startup), rt.startup_timeout_s)
+        except TimeoutError:
+            missing = [self.model_names[i] for i, r in enumerate(self._ready) if r is None]
+            await self.close()
+            raise RuntimeFailure(f"subserver(s) {missing} not ready after {rt.startup_timeout_s:g} s "
+                                 "(runtime.startup_timeout_s)") from None
+        except BaseException:
+            await self.close()
+            raise
+        ready = [r for r in self._ready if r is not None]
+        self._outboxes = [connect_outbox(self._ctx, r.endpoint) for r in ready]
+        self._send_all([Peers([r.endpoint for r in ready])])
+        self._vocab = min(r.vocab_size for r in ready)
+        self._eos = list(ready[0].eos_ids)
+
+    async def close(self) -> None:
+        """Shut every subserver down and remove the socket directory. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_all(RuntimeFailure(self._failure or "the front end was closed"))
+        if self._outboxes:  # connected: ask politely first
+            with contextlib.suppress(zmq.ZMQError):
+                self._send_all([Shutdown()])
+            deadline = time.monotonic() + SHUTDOWN_WAIT_S
+            while any(p.poll() is None for p in self._procs) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        self._kill_now()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        for task in self._tasks:
+            if task is not current:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    def _kill_now(self) -> None:
+        """Synchronous last resort (also atexit and SIGTERM): no subserver and no socket file survives."""
+        for p in self._procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self._procs:
+            try:
+                p.wait(2.0)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self._inbox is not None and self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(self._inbox.getsockopt(zmq.FD))
+        for sock in [*self._outboxes, self._inbox]:
+            if sock is not None:
+                sock.close(linger=0)
+        self._outboxes, self._inbox = [], None
+        if self._ctx is not None:
+            self._ctx.term()
+        self._ctx = None
+        remove_dir(self._dir)
+        self._dir = None
+        _unwatch(self)
+
+    # ---- client API ----------------------------------------------------------------------------------------
+
+    async def generate(self, req: GenerationRequest) -> GenerationResult:
+        flight = self._submit(req, stream=False)
+        assert flight.future is not None
+        try:
+            return await asyncio.shield(flight.future)
+        except asyncio.CancelledError:
+            self._abort(flight)
+            raise
+
+    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamEvent]:
+        flight = self._submit(req, stream=True)
+        assert flight.events is not None
+        try:
+            while True:
+                ev = await flight.events.get()
+                if isinstance(ev, BaseException):
+                    raise ev
+                yield ev
+                if ev.result is not None:
+                    return
+        finally:
+            if flight.rid in self._flights:
+                self._abort(flight)
+
+    async def generate_many(self, reqs: list[GenerationRequest]) -> list[GenerationResult]:
+        """All requests at once; results in request order. Raises the first failure."""
+        return list(await asyncio.gather(*(self.generate(r) for r in reqs)))
+
+    def stats(self) -> dict[str, Any]:
+        """Per model: steps, mean batch size, tokens committed, hand-offs sent, measured routing counts and
+        rates per destination, loop overhead median, current threshold; plus the active count N."""
+        n = len(self._flights)
+        current = self.thresholds(n)
+        models: dict[str, Any] = {}
+        for i, name in enumerate(self.model_names):
+            s = self._stats[i] or {}
+            steps = s.get("steps", 0)
+            routes = s.get("routes", [0] * len(self.model_names))
+            total = sum(routes)
+            models[name] = {
+                "steps": steps,
+                "mean_batch_size": s.get("batch_total", 0) / steps if steps else 0.0,
+                "tokens_committed": s.get("committed", 0),
+                "handoffs_sent": s.get("handoffs", 0),
+                "route_counts": dict(zip(self.model_names, routes, strict=True)),
+                "route_rates": {m: (c / total if total else 0.0) for m, c in zip(self.model_names, routes, strict=True)},
+                "busy_s": s.get("step_s", 0.0),
+                "overhead_us_p50": s.get("overhead_us_p50", 0.0),
+                "threshold": current[i],
+            }
+        return {"models": models, "active_requests": n, "thresholds": current,
+                "thresholds_spec": self.thresholds.spec}
+
+    async def refresh_stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """stats() after every subserver has reported its current counters (stats() alone may lag by a
+        few ms: counters ride along with other traffic at most every 20 ms)."""
+        if self._closed or not self._outboxes:
+            return self.stats()
+        self._stats_seq += 1
+        self._send_all([StatsRequest(self._stats_seq)])
+        deadline = time.monotonic() + timeout_s
+        while any((s or {}).get("seq", 0) < self._stats_seq for s in self._stats) and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
+        return self.stats()
+
+    # ---- internals -----------------------------------------------------------------------------------------
+
+    def _submit(self, req: GenerationRequest, stream: bool) -> _Flight:
+        if self._closed or not self._started or self._startup is None or not self._startup.done():
+            raise RuntimeFailure(self._failure or "the front end is not running (call start() first)")
+        if not req.prompt_ids:
+            raise RequestError("request has an empty prompt")
+        if req.max_new_tokens < 1:
+            raise RequestError(f"max_new_tokens must be >= 1, got {req.max_new_tokens}")
+        bad = [t for t in req.prompt_ids if not 0 <= t < self._vocab]
+        if bad:
+            raise RequestError(f"prompt token id(s) {bad[:5]} outside the vocabulary [0, {self._vocab})")
+        loop = asyncio.get_running_loop()
+        rid = str(next(self._rids))
+        flight = _Flight(req, rid, time.perf_counter(), len(self.models))
+        if stream:
+            flight.events = asyncio.Queue()
+        else:
+            flight.future = loop.create_future()
+        self._flights[rid] = flight
+        sampling = req.sampling
+        stop = self._eos if req.stop_token_ids is None else list(req.stop_token_ids)
+        outputs = (OUT_LOGITS if req.return_logits else 0) | (OUT_HIDDEN if req.return_hidden else 0)
+        meta = RequestMeta(req.max_new_tokens, sampling, req.seed + (self.seed << 32), stop, outputs)
+        self._broadcast_active()
+        self._outboxes[0].send(encode([Submit(rid, list(req.prompt_ids), meta)]), zmq.NOBLOCK)
+        return flight
+
+    def _abort(self, flight: _Flight) -> None:
+        if self._flights.pop(flight.rid, None) is None or self._closed:
+            return
+        self._broadcast_active()
+        self._send_all([Abort(flight.rid)])
+
+    def _broadcast_active(self) -> None:
+        n = len(self._flights)
+        self._send_all([Active(n, self.thresholds(n))])
+
+    def _send_all(self, msgs: list[Message]) -> None:
+        frame = encode(msgs)
+        for sock in self._outboxes:
+            sock.send(frame, zmq.NOBLOCK)
+
+    def _on_readable(self) -> None:
+        """Drain every queued frame (the zmq FD is edge-triggered: read until empty on each wake-up)."""
+        sock = self._inbox
+        while sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            for msg in decode(sock.recv(zmq.NOBLOCK)):
+                if isinstance(msg, Report):
+                    self._on_report(msg)
+                elif isinstance(msg, Ready):
+                    self._on_ready(msg)
+                elif isinstance(msg, Fatal):
+                    self._on_fatal(msg)
+
+    def _on_ready(self, msg: Ready) -> None:
+        self._ready[msg.model] = msg
+        if all(r is not None for r in self._ready) and self._startup and not self._startup.done():
+            self._startup.set_result(None)
+
+    def _on_fatal(self, msg: Fatal) -> None:
+        name = self.model_names[msg.model]
+        self._fatal[msg.model] = msg.error
+        if self._startup and not self._startup.done():
+            self._startup.set_exception(RuntimeFailure(f"model {name!r} failed to start: {msg.error}"))
+
+    def _on_report(self, msg: Report) -> None:
+        now = time.perf_counter()
+        if msg.stats is not None:
+            self._stats[msg.model] = msg.stats
+        for rid, start, ids in msg.chunks:
+            flight = self._flights.get(rid)
+            if flight is None:
+                continue  # aborted
+            flight.per_model[msg.model] += len(ids)
+            if start != len(flight.output):
+                flight.early[start] = ids
+                continue
+            new = list(ids)
+            while len(flight.output) + len(new) in flight.early:
+                new += flight.early.pop(len(flight.output) + len(new))
+            flight.output += new
+            if flight.first_token is None:
+                flight.first_token = now
+            if flight.events is not None:
+                flight.events.put_nowait(StreamEvent(new))
+            if flight.final is not None:
+                self._maybe_finish(flight, now)
+        for rid, logits, hidden in msg.outputs:
+            flight = self._flights.get(rid)
+            if flight is not None:
+                flight.extra.update({"logits": logits, "hidden": hidden})
+        for rid, reason, length, hops in msg.finishes:
+            flight = self._flights.get(rid)
+            if flight is not None:
+                flight.final = (reason, length, hops)
+                self._maybe_finish(flight, now)
+        for rid, error in msg.failures:
+            flight = self._flights.pop(rid, None)
+            if flight is not None:
+                self._broadcast_active()
+                self._deliver_error(flight, RequestError(error))
+
+    def _maybe_finish(self, flight: _Flight, now: float) -> None:
+        assert flight.final is not None
+        reason, length, hops = flight.final
+        if len(flight.output) < length:
+            return  # a chunk from another model is still on its way
+        del self._flights[flight.rid]
+        self._broadcast_active()
+        req = flight.req
+        result = GenerationResult(
+            index=req.index, prompt_ids=list(req.prompt_ids), output_ids=flight.output[:length],
+            finish_reason=reason, tokens_per_model=dict(zip(self.model_names, flight.per_model, strict=True)),
+            handoffs=hops, arrival_s=flight.arrival, first_token_s=flight.first_token, finish_s=now,
+            extra=flight.extra,
+        )
+        if flight.events is not None:
+            flight.events.put_nowait(StreamEvent([], result))
+        elif flight.future is not None and not flight.future.done():
+            flight.future.set_result(result)
+
+    def _deliver_error(self, flight: _Flight, exc: BaseException) -> None:
+        if flight.events is not None:
+            flight.events.put_nowait(exc)
+        elif flight.future is not None and not flight.future.done():
+            flight.future.set_exception(exc)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        flights, self._flights = list(self._flights.values()), {}
+        for flight in flights:
+            self._deliver_error(flight, exc)
+
+    async def _supervise(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(SUPERVISE_PERIOD_S)
+            self._on_readable()  # cheap guard against a missed edge on the zmq FD
+            dead = [i for i, p in enumerate(self._procs) if p.poll() is not None]
+            if not dead or self._closed:
+                continue
+            await asyncio.sleep(DEATH_GRACE_S)  # let the dying process's Fatal frame arrive
+            i = dead[0]
+            p = self._procs[i]
+            name = self.model_names[i]
+            reason = self._fatal.get(i) or f"exited unexpectedly with code {p.returncode}"
+            self._failure = f"subserver {name!r} (pid {p.pid}) died: {reason}"
+            if self._startup and not self._startup.done():
+                self._startup.set_exception(RuntimeFailure(f"model {name!r} failed to start: {reason}"))
+                return
+            self._fail_all(RuntimeFailure(self._failure))
+            await self.close()
+            return
+
+
+
+
+# Front ends alive in this process. SIGTERM's default action and interpreter exit would skip close(), so
+# both kill their subservers and socket dirs first. An application with its own SIGTERM handler (uvicorn)
+# keeps it and calls close() itself, e.g. after draining in-flight requests.
+_LIVE: set[TokenRouterFrontend] = set()
+
+
+def _kill_all() -> None:
+    for fe in list(_LIVE):
+        fe._kill_now()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _kill_all()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)  # die by the signal, as if we had not been here
+
+
+def _watch(fe: TokenRouterFrontend) -> None:
+    if not _LIVE:
+        atexit.register(_kill_all)
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    _LIVE.add(fe)
+
+
+def _unwatch(fe: TokenRouterFrontend) -> None:
+    _LIVE.discard(fe)
+    if not _LIVE:
+        atexit.unregister(_kill_all)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _spawn(blob: bytes) -> subprocess.Popen:
+    """Start `python -m tokenrouter.runtime.subserver` with the config on stdin. A fresh interpreter (not
+    fork: torch and zmq state must not be inherited; not multiprocessing: no pickle and no re-import of the
+    caller's __main__), with the caller's sys.path so algorithms from the caller's modules import."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.runtime.subserver"], stdin=subprocess.PIPE, env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(blob)
+    proc.stdin.close()
+    return proc

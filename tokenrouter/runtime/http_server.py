@@ -1,0 +1,392 @@
+"""The OpenAI-compatible HTTP server over a TokenRouter front end (FastAPI; run by `tokenrouter serve`).
+
+Endpoints: `/v1/completions` and `/v1/chat/completions` (JSON or SSE stream, OpenAI shapes incl. `usage`),
+`/v1/models`, `/health`, `/metrics` (Prometheus text), and a native SGLang-style `/generate` (token ids in,
+token ids out, optionally the last step's logits and hidden state) that the Std. Serving baseline drives.
+
+Why the body is read by hand rather than through FastAPI's pydantic parameters: oversize bodies must be cut
+off while reading (413, before the whole body is buffered), and every client error must come back as
+OpenAI-style JSON with status 400, not FastAPI's 422 shape.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tokenrouter.engine.base import SamplingParams
+from tokenrouter.errors import UserError
+from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.runtime.http_metrics import ServerMetrics
+from tokenrouter.runtime.http_protocol import (
+    ApiError,
+    ChatRequest,
+    CompletionRequest,
+    GenerateRequest,
+    OpenAISampling,
+    new_id,
+    parse_json,
+    response_body,
+    sse,
+    stream_chunk,
+    usage_chunk,
+    validate,
+)
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+@dataclass
+class ServerOptions:
+    model_name: str  # the id clients pass as `model` (the model set's name)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    completion_max_tokens: int = 16  # OpenAI's default for /v1/completions
+    chat_max_tokens: int = 256  # default when a chat request gives no max_tokens
+
+
+class IncrementalDetokenizer:
+    """Text deltas for a growing list of token ids. Decodes a short window (the last emitted token onward)
+    and holds back a delta that ends inside a multi-byte character (U+FFFD), as vLLM does."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.prefix = 0
+        self.read = 0
+        self.emitted: list[str] = []
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def add(self, ids: list[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        self.ids.extend(ids)
+        before = self._decode(self.ids[self.prefix : self.read])
+        after = self._decode(self.ids[self.prefix :])
+        if len(after) > len(before) and not after.endswith("\ufffd"):
+            self.prefix, self.read = self.read, len(self.ids)
+            self.emitted.append(after[len(before) :])
+            return self.emitted[-1]
+        return ""
+
+    def flush(self) -> str:
+        """Whatever the held-back window still owes, so the deltas add up to the full decode."""
+        if self.tokenizer is None:
+            return ""
+        full, sent = self._decode(self.ids), "".join(self.emitted)
+        return full[len(sent) :] if full.startswith(sent) else ""
+
+
+class HttpServer:
+    """The request handling behind the app: validation, tokenization, generation, response shaping."""
+
+    def __init__(self, frontend: Any, tokenizer: Any, options: ServerOptions) -> None:
+        self.frontend = frontend
+        self.tokenizer = tokenizer
+        self.opts = options
+        self.metrics = ServerMetrics()
+        self._next_index = 0
+        self._rng = random.Random()
+
+    # ---- input --------------------------------------------------------------------------------------------
+    async def read_json(self, request: Request) -> dict[str, Any]:
+        limit = self.opts.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None:
+            if not length.isdigit():
+                raise ApiError(400, f"invalid Content-Length header {length!r}")
+            if int(length) > limit:
+                raise ApiError(413, f"request body of {length} bytes exceeds the limit of {limit} bytes",
+                               "request_too_large")
+        body, size = bytearray(), 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body exceeds the limit of {limit} bytes", "request_too_large")
+            body += chunk
+        return parse_json(bytes(body))
+
+    def check_ids(self, ids: list[int], param: str) -> list[int]:
+        """Empty or negative ids are named here; the front end checks the vocabulary bound (-> 400 too)."""
+        if not ids:
+            raise ApiError(400, f"{param!r} is empty", param=param)
+        bad = [t for t in ids if t < 0]
+        if bad:
+            raise ApiError(400, f"{param!r}: negative token id {bad[0]}", param=param)
+        return ids
+
+    def need_tokenizer(self, what: str) -> Any:
+        if self.tokenizer is None:
+            raise ApiError(400, f"{what} needs a tokenizer, and model set {self.opts.model_name!r} has none "
+                                "(weightless sim engines); send token ids instead")
+        return self.tokenizer
+
+    def encode_text(self, text: str, param: str) -> list[int]:
+        return self.check_ids(list(self.need_tokenizer("a text prompt").encode(text)), param)
+
+    def prompt_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+            if len(prompt) != 1:
+                raise ApiError(400, f"'prompt' holds {len(prompt)} prompts; send one prompt per request",
+                               param="prompt")
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return self.encode_text(prompt, "prompt")
+        return self.check_ids(list(prompt), "prompt")
+
+    def chat_ids(self, body: ChatRequest) -> list[int]:
+        tok = self.need_tokenizer("a chat request")
+        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        try:
+            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        except Exception as exc:  # jinja errors of a model's own template: the client's messages don't fit it
+            raise ApiError(400, f"cannot apply the chat template to 'messages': {exc}", param="messages") from None
+        return self.check_ids(list(ids), "messages")
+
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.opts.model_name:
+            raise ApiError(404, f"model {model!r} does not exist; this server serves {self.opts.model_name!r}",
+                           "model_not_found", param="model")
+
+    def request(self, ids: list[int], max_tokens: int, temperature: float, top_p: float, top_k: int,
+                seed: int | None, stop_token_ids: list[int] | None) -> GenerationRequest:
+        """A GenerationRequest. Without a client seed the routing seed is random (sampling then unseeded)."""
+        index, self._next_index = self._next_index, self._next_index + 1
+        return GenerationRequest(
+            prompt_ids=ids,
+            max_new_tokens=max_tokens,
+            sampling=SamplingParams(temperature=temperature, top_p=top_p, top_k=max(top_k, 0), seed=seed),
+            seed=seed if seed is not None else self._rng.getrandbits(31),
+            index=index,
+            stop_token_ids=stop_token_ids,
+        )
+
+    def openai_request(self, body: OpenAISampling, ids: list[int], max_tokens: int) -> GenerationRequest:
+        if body.stop_token_ids is not None:
+            self.check_ids(body.stop_token_ids, "stop_token_ids")
+        return self.request(ids, max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
+                            body.stop_token_ids)
+
+    # ---- generation ---------------------------------------------------------------------------------------
+    async def generate(self, req: GenerationRequest) -> GenerationResult:
+        self.metrics.running += 1
+        try:
+            result = await self.frontend.generate(req)
+        except Exception as exc:
+            raise _failure(exc) from None
+        finally:
+            self.metrics.running -= 1
+        if result.finish_reason == "error":
+            raise _generation_error(result)
+        return result
+
+    async def completions(self, request: Request, chat: bool) -> Response:
+        data = await self.read_json(request)
+        body: ChatRequest | CompletionRequest
+        if chat:
+            body = validate(ChatRequest, data)
+            ids = self.chat_ids(body)
+            max_tokens = body.max_completion_tokens or body.max_tokens or self.opts.chat_max_tokens
+        else:
+            body = validate(CompletionRequest, data)
+            ids = self.prompt_ids(body.prompt)
+            max_tokens = body.max_tokens or self.opts.completion_max_tokens
+        self.check_model(body.model)
+        req = self.openai_request(body, ids, max_tokens)
+        rid = new_id("chatcmpl" if chat else "cmpl")
+        endpoint = request.url.path
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            events = self.frontend.stream(req)
+            try:  # wait for the first event so a rejected request still gets its 4xx status, not an SSE error
+                first = await anext(events)
+            except Exception as exc:
+                raise _failure(exc) from None
+            return StreamingResponse(
+                self.stream(first, events, rid, chat, body.return_token_ids, include_usage, endpoint),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        result = await self.generate(req)
+        self.metrics.finished(endpoint, 200, result)
+        return JSONResponse(response_body(rid, self.opts.model_name, chat, self.decode(result.output_ids), result,
+                                          body.return_token_ids))
+
+    def decode(self, ids: list[int]) -> str:
+        return "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    async def stream(self, first: Any, events: AsyncIterator[Any], rid: str, chat: bool, token_ids: bool,
+                     include_usage: bool, endpoint: str) -> AsyncIterator[bytes]:
+        """SSE events: (chat: a role chunk), one chunk per committed-token event, a finish chunk, (usage), [DONE].
+        Leaving early (client gone) closes the front end's stream, which aborts the request there."""
+        model = self.opts.model_name
+        detok = IncrementalDetokenizer(self.tokenizer)
+        result: GenerationResult | None = None
+        status = 499  # until the stream completes: the client went away
+        self.metrics.running += 1
+        try:
+            if chat:
+                yield sse(stream_chunk(rid, model, chat, "", [] if token_ids else None, role=True))
+            async for ev in _chain(first, events):
+                if ev.token_ids:
+                    delta = detok.add(list(ev.token_ids))
+                    yield sse(stream_chunk(rid, model, chat, delta, list(ev.token_ids) if token_ids else None))
+                if ev.result is not None:
+                    result = ev.result
+            if result is None or result.finish_reason == "error":
+                err = _generation_error(result) if result is not None else ApiError(
+                    503, "the stream ended without a result", "server_error")
+                status = err.status
+                yield sse(err.body())
+            else:
+                yield sse(stream_chunk(rid, model, chat, detok.flush(), [] if token_ids else None,
+                                       finish_reason=result.finish_reason))
+                if include_usage:
+                    yield sse(usage_chunk(rid, model, chat, result))
+                status = 200
+            yield sse("[DONE]")
+        except Exception as exc:  # the request failed mid-stream: tell the client in-band, then stop
+            err = _failure(exc)
+            status = err.status
+            yield sse(err.body())
+        finally:
+            self.metrics.running -= 1
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            self.metrics.finished(endpoint, status, result if status == 200 else None)
+
+    async def native_generate(self, request: Request) -> Response:
+        body = validate(GenerateRequest, await self.read_json(request))
+        if (body.input_ids is None) == (body.text is None):
+            raise ApiError(400, "give exactly one of 'input_ids' and 'text'", param="input_ids")
+        ids = self.check_ids(body.input_ids, "input_ids") if body.input_ids is not None else \
+            self.encode_text(body.text or "", "text")
+        sp = body.sampling_params
+        if sp.stop_token_ids is not None:
+            self.check_ids(sp.stop_token_ids, "sampling_params.stop_token_ids")
+        req = self.request(ids, sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k,
+                           sp.sampling_seed if sp.sampling_seed is not None else body.seed, sp.stop_token_ids)
+        if body.seed is not None:
+            req.seed = body.seed
+        req.return_logits, req.return_hidden = body.return_logits, body.return_hidden_states
+        t0 = time.perf_counter()
+        result = await self.generate(req)
+        meta: dict[str, Any] = {
+            "id": new_id("gen"),
+            "prompt_tokens": len(result.prompt_ids),
+            "completion_tokens": len(result.output_ids),
+            "finish_reason": {"type": result.finish_reason},
+            "e2e_latency": time.perf_counter() - t0,
+            "tokens_per_model": dict(result.tokens_per_model),
+            "handoffs": result.handoffs,
+        }
+        if body.return_logits:
+            meta["logits"] = result.extra.get("logits")
+        if body.return_hidden_states:
+            meta["hidden_states"] = result.extra.get("hidden")
+        self.metrics.finished(request.url.path, 200, result)
+        return JSONResponse({"text": self.decode(result.output_ids), "output_ids": list(result.output_ids),
+                             "meta_info": meta})
+
+    def models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{
+                "id": self.opts.model_name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "tokenrouter",
+                "members": list(self.frontend.model_names),
+                "eos_token_ids": list(getattr(self.frontend, "eos_token_ids", None) or []),
+            }],
+        }
+
+
+async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    yield first
+    if first.result is None:
+        async for item in rest:
+            yield item
+
+
+def _failure(exc: BaseException) -> ApiError:
+    """A request the runtime rejected (UserError: e.g. it can never fit) is the client's fault (400); a
+    failed or closed runtime is the server's (503)."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, UserError):
+        return ApiError(400, str(exc))
+    return ApiError(503, f"generation failed: {exc}", "server_error")
+
+
+def _generation_error(result: GenerationResult) -> ApiError:
+    """A result that reports its own failure (systems that return errors instead of raising)."""
+    return ApiError(500, result.error or "generation failed", "server_error")
+
+
+def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_frontend: bool = True) -> FastAPI:
+    """The FastAPI app. With `manage_frontend`, the app's lifespan starts the front end (its subservers)
+    before serving and closes it on shutdown, so uvicorn's signal handling shuts everything down."""
+    server = HttpServer(frontend, tokenizer, options)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manage_frontend:
+            await frontend.start()
+        try:
+            yield
+        finally:
+            if manage_frontend:
+                await frontend.close()
+
+    app = FastAPI(title="TokenRouter", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.server = server
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        server.metrics.requests[(request.url.path, exc.status)] += 1
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(ApiError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.post("/v1/completions")
+    async def _completions(request: Request) -> Response:
+        return await server.completions(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def _chat(request: Request) -> Response:
+        return await server.completions(request, chat=True)
+
+    @app.post("/generate")
+    async def _generate(request: Request) -> Response:
+        return await server.native_generate(request)
+
+    @app.get("/v1/models")
+    async def _models() -> dict[str, Any]:
+        return server.models()
+
+    @app.get("/health")
+    async def _health() -> JSONResponse:
+        return JSONResponse({"status": "ok", "models": list(frontend.model_names)})
+
+    @app.get("/metrics")
+    async def _metrics() -> PlainTextResponse:
+        refresh = getattr(frontend, "refresh_stats", None)  # current counters, not the last piggy-backed ones
+        stats = await refresh(timeout_s=1.0) if refresh is not None else frontend.stats()
+        return PlainTextResponse(server.metrics.render(stats), media_type="text/plain; version=0.0.4")
+
+    return app
+

@@ -1,0 +1,143 @@
+"""One model's request states and its delayed-batching decision.
+
+Why delayed batching: with several models, a batch launched as soon as one request is ready fragments into
+many small, slow-per-token steps; waiting until B_i requests are ready (B_i chosen for the current global
+active count N) raises throughput. Thresholds arrive already clipped to be feasible for N, so some model can
+always launch; the max-wait bound is a second guard (a ready request never waits longer than it).
+
+Admission reserves each request's worst-case KV (prompt + max_new_tokens + a page) so admitted requests can
+always finish without preemption; a request that could never fit is rejected at once instead of waiting.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tokenrouter.api import RouterRequest
+from tokenrouter.runtime.messages import RequestMeta
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"  # known here, not admitted yet (KV reservation pending)
+    READY = "ready"  # admitted, has tokens to process, queued for a step
+    RUNNING = "running"  # in the step being executed
+    PENDING = "pending"  # handed to a peer; KV kept here
+    FINISHED = "finished"
+
+
+@dataclass
+class Entry:
+    req: RouterRequest
+    meta: RequestMeta
+    status: Status = Status.WAITING
+    since: float = 0.0  # when it joined the queue (max-wait clock)
+    reserved: int = 0  # KV tokens reserved at admission
+    hops: int = 0  # hand-offs of this request so far (all models)
+    stop_ids: frozenset[int] = field(default_factory=frozenset)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        capacity_tokens: int,
+        page_size: int,
+        max_batch_size: int,
+        max_step_tokens: int,
+        max_wait_s: float,
+    ) -> None:
+        self.capacity = capacity_tokens
+        self.page_size = page_size
+        self.max_batch_size = max_batch_size
+        self.max_step_tokens = max_step_tokens
+        self.max_wait_s = max_wait_s
+        self.threshold = 1
+        self.entries: dict[str, Entry] = {}
+        self._waiting: deque[Entry] = deque()
+        self._ready: dict[str, Entry] = {}  # insertion order = queue order
+        self._reserved = 0
+
+    def _need(self, e: Entry) -> int:
+        return len(e.req.prompt_ids) + e.req.max_new_tokens + self.page_size
+
+    def add(self, e: Entry, now: float) -> str | None:
+        """Queue a request new to this model; returns an error if it can never fit."""
+        need = self._need(e)
+        if need > self.capacity:
+            return (f"request needs {need} KV tokens (prompt {len(e.req.prompt_ids)} + max_new_tokens "
+                    f"{e.req.max_new_tokens} + one page) but the model holds {self.capacity}")
+        e.status, e.since = Status.WAITING, now
+        self.entries[e.req.rid] = e
+        self._waiting.append(e)
+        self._admit()
+        return None
+
+    def make_ready(self, e: Entry, now: float) -> None:
+        """A request of this model has new tokens to process (after its own step or back from a peer)."""
+        if e.status is Status.WAITING:
+            return  # admission will queue it
+        e.status, e.since = Status.READY, now
+        self._ready[e.req.rid] = e
+
+    def pend(self, e: Entry) -> None:
+        e.status = Status.PENDING
+
+    def remove(self, rid: str) -> Entry | None:
+        e = self.entries.pop(rid, None)
+        if e is None:
+            return None
+        if e.status is Status.WAITING:
+            self._waiting.remove(e)
+        self._ready.pop(rid, None)
+        self._reserved -= e.reserved
+        e.status = Status.FINISHED
+        return e
+
+    def _admit(self) -> None:
+        while self._waiting:
+            e = self._waiting[0]
+            need = self._need(e)
+            if self._reserved + need > self.capacity:
+                return
+            self._waiting.popleft()
+            e.reserved = need
+            self._reserved += need
+            e.status = Status.READY
+            self._ready[e.req.rid] = e
+
+    @property
+    def num_ready(self) -> int:
+        return len(self._ready)
+
+    def next_batch(self, now: float, input_len: Callable[[Entry], int]) -> list[Entry]:
+        """The batch to run now (empty: wait). Launches the whole queue (up to the batch size and token
+        budget, oldest first) once >= threshold requests are ready or the oldest waited max_wait."""
+        self._admit()
+        if not self._ready:
+            return []
+        oldest = next(iter(self._ready.values()))
+        # requests waiting for KV count toward the threshold: N (which the thresholds are feasible for)
+        # counts them too, so a model whose queue is full of them must not wait for more
+        if len(self._ready) + len(self._waiting) < self.threshold and now - oldest.since < self.max_wait_s:
+            return []
+        batch: list[Entry] = []
+        tokens = 0
+        for e in self._ready.values():
+            n = input_len(e)
+            if batch and (len(batch) >= self.max_batch_size or tokens + n > self.max_step_tokens):
+                break
+            batch.append(e)
+            tokens += n
+        for e in batch:
+            del self._ready[e.req.rid]
+            e.status = Status.RUNNING
+        return batch
+
+    def wait_timeout(self, now: float) -> float | None:
+        """Seconds until the max-wait bound forces a launch (None: nothing is ready, block)."""
+        if not self._ready:
+            return None
+        oldest = next(iter(self._ready.values()))
+        return max(0.0, oldest.since + self.max_wait_s - now)

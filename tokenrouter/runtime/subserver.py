@@ -1,0 +1,380 @@
+"""One model's subserver: its engine, scheduler and side of the routing algorithm in one process.
+
+Why one process and one loop per model: models step at their own pace (no global lock-step), and a step
+never waits on another model. Each iteration: (1) drain client, peer and control frames without blocking;
+(2) delayed-batching schedule and one engine step, then route(); (3) hand-offs to peers (the request goes
+PENDING here, its KV kept), committed tokens and finishes to the front end, releases to peers. A request
+back from a peer rejoins with its step input tokens[kv_len:], an extend over exactly what this model missed.
+When nothing is due the loop blocks on its inbox (zmq poll with a timeout): no busy spin.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import statistics
+import sys
+import time
+import traceback
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import msgpack
+import zmq
+
+from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.config import ModelSpec, RuntimeConfig
+from tokenrouter.engine.base import Engine, StepItem
+from tokenrouter.errors import UserError
+from tokenrouter.runtime.ipc import bind_inbox, connect_outbox
+from tokenrouter.runtime.messages import (
+    OUT_HIDDEN,
+    OUT_LOGITS,
+    Abort,
+    Active,
+    Fatal,
+    Message,
+    PeerMessage,
+    Peers,
+    Ready,
+    Report,
+    Shutdown,
+    StatsRequest,
+    Submit,
+    decode,
+    encode,
+)
+from tokenrouter.runtime.scheduler import Entry, Scheduler
+
+IDLE_POLL_MS = 500  # idle wake-up period: notice a dead parent
+ABORT_MEMORY_S = 60.0  # how long an aborted id is remembered (late peer frames for it are dropped)
+STATS_PERIOD_S = 0.02  # counters ride to the front end at most this often (finishes always carry them)
+MEDIAN_PERIOD_S = 0.2  # overhead median recomputed at most this often
+
+
+@dataclass
+class SubserverConfig:
+    """Everything a subserver process needs, sent to it as one msgpack blob (no pickle of our objects)."""
+
+    index: int
+    models: list[dict[str, Any]]
+    algorithm: str
+    algorithm_params: dict[str, Any]
+    runtime: dict[str, Any]
+    frontend: str  # the front end's inbox endpoint
+    transport: str  # "ipc" | "tcp"
+    where: str  # ipc: private dir; tcp: host to bind
+
+    def to_blob(self) -> bytes:
+        return msgpack.packb(asdict(self), use_bin_type=True)
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> SubserverConfig:
+        return cls(**msgpack.unpackb(blob, raw=False))
+
+
+class Counters:
+    """Per-model counters the front end shows in stats() (routes: measured routing rates per destination)."""
+
+    def __init__(self, num_models: int) -> None:
+        self.steps = 0
+        self.batch_total = 0
+        self.committed = 0
+        self.handoffs = 0
+        self.step_s = 0.0
+        self.routes = [0] * num_models
+        self.seq = 0  # last StatsRequest answered
+        self.overhead_us: deque[float] = deque(maxlen=4096)
+        self._overhead_p50 = 0.0
+        self._computed_at = 0.0
+
+    def snapshot(self, now: float) -> dict[str, Any]:
+        if self.overhead_us and now - self._computed_at >= MEDIAN_PERIOD_S:
+            self._overhead_p50 = statistics.median(self.overhead_us)
+            self._computed_at = now
+        return {"steps": self.steps, "batch_total": self.batch_total, "committed": self.committed,
+                "handoffs": self.handoffs, "routes": self.routes, "step_s": self.step_s,
+                "overhead_us_p50": self._overhead_p50, "seq": self.seq}
+
+
+class Subserver:
+    def __init__(self, cfg: SubserverConfig, engine: Engine, algo: RoutingAlgorithm, ctx: zmq.Context,
+                 inbox: zmq.Socket, to_frontend: zmq.Socket) -> None:
+        self.index = cfg.index
+        self.num_models = len(cfg.models)
+        spec = ModelSpec.from_dict(cfg.models[cfg.index])
+        rt = RuntimeConfig.from_dict(cfg.runtime)
+        self.engine = engine
+        self.algo = algo
+        self.ctx = ctx
+        self.inbox = inbox
+        self.to_frontend = to_frontend
+        self.peers: dict[int, zmq.Socket] = {}
+        capacity = engine.tokens_free() + engine.tokens_used()
+        self.sched = Scheduler(capacity, spec.page_size, rt.max_batch_size, rt.max_step_tokens,
+                               rt.max_wait_ms / 1000.0)
+        self.counters = Counters(self.num_models)
+        self.aborted: dict[str, float] = {}
+        self.stopping = False
+        self.parent = os.getppid()
+        self._report = Report(self.index)
+        self._stats_dirty = False
+        self._stats_sent = 0.0
+        self._outbox: dict[int, list[Message]] = {}
+
+    # ---- stage 1: receive ----------------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            for msg in decode(self.inbox.recv(zmq.NOBLOCK)):
+                self.handle(msg)
+
+    def handle(self, msg: Message) -> None:
+        now = time.perf_counter()
+        if isinstance(msg, PeerMessage):
+            self.on_peer(msg, now)
+        elif isinstance(msg, Submit):
+            req = RouterRequest(msg.rid, msg.prompt_ids, [], msg.meta.max_new_tokens, msg.meta.sampling,
+                                msg.meta.seed)
+            self.admit(Entry(req, msg.meta, stop_ids=frozenset(msg.meta.stop_ids)), now)
+        elif isinstance(msg, Active):
+            self.sched.threshold = max(1, msg.thresholds[self.index])
+        elif isinstance(msg, Peers):
+            for i, endpoint in enumerate(msg.endpoints):
+                if i != self.index and i not in self.peers:
+                    self.peers[i] = connect_outbox(self.ctx, endpoint)
+        elif isinstance(msg, Abort):
+            self.aborted[msg.rid] = now
+            self.drop(msg.rid)
+        elif isinstance(msg, Shutdown):
+            self.stopping = True
+        elif isinstance(msg, StatsRequest):
+            self.counters.seq = msg.seq
+            self._stats_dirty = True
+            self._stats_sent = float("-inf")  # answer with this iteration's flush
+
+    def admit(self, e: Entry, now: float) -> None:
+        error = self.sched.add(e, now)
+        if error:
+            self.fail(e.req.rid, f"model {self.engine.name!r}: {error}", e)
+
+    def on_peer(self, pm: PeerMessage, now: float) -> None:
+        msg = pm.msg
+        e = self.sched.entries.get(msg.rid)
+        if msg.finished:
+            self.drop(msg.rid)
+            return
+        if e is None:
+            if pm.meta is None or msg.rid in self.aborted:
+                return  # a request this model never had, or one the client aborted
+            req = RouterRequest(msg.rid, msg.token_ids[: msg.prompt_len], [], pm.meta.max_new_tokens,
+                                pm.meta.sampling, pm.meta.seed)
+            e = Entry(req, pm.meta, hops=pm.hops, stop_ids=frozenset(pm.meta.stop_ids))
+            self.algo.receive(msg, req)
+            req.peer_seen[pm.sender] = msg.loc + len(msg.token_ids)
+            self.admit(e, now)  # on failure the sender is told to release it too
+            return
+        self.algo.receive(msg, e.req)
+        valid = min(msg.loc, e.req.seq_len)
+        if self.engine.seq_len(msg.rid) > valid:
+            self.engine.truncate(msg.rid, valid)
+        e.hops = pm.hops
+        e.req.peer_seen[pm.sender] = msg.loc + len(msg.token_ids)
+        self.sched.make_ready(e, now)
+
+    # ---- stage 2: schedule and step ------------------------------------------------------------------------
+
+    def input_ids(self, e: Entry) -> list[int]:
+        """tokens[kv_len:]: decode = 1 token, prefill = prompt, extend = the suffix missed while away."""
+        req = e.req
+        n = req.seq_len
+        kv = self.engine.seq_len(req.rid)
+        if kv >= n:  # nothing new (e.g. the last token was dropped and came back unchanged): redo it
+            kv = n - 1
+            self.engine.truncate(req.rid, kv)
+        plen = len(req.prompt_ids)
+        return req.output_ids[kv - plen:] if kv >= plen else req.tokens[kv:]
+
+    def run_batch(self, batch: list[Entry]) -> None:
+        items = [StepItem(e.req.rid, self.input_ids(e), e.req.sampling, len(e.req.prompt_ids)) for e in batch]
+        t0 = time.perf_counter()
+        try:
+            out = self.engine.step(items)
+            reqs = [e.req for e in batch]
+            dests = self.algo.route(StepResult(self.index, reqs, out.next_tokens, out.logits, out.hidden))
+            if len(dests) != len(batch) or any(not 0 <= d < self.num_models for d in dests):
+                raise ValueError(f"algorithm {self.algo.name!r} returned destinations {dests} for "
+                                 f"{len(batch)} requests and {self.num_models} models")
+        except Exception as exc:  # a failed step fails its requests, not the server
+            for e in batch:
+                self.fail(e.req.rid, f"model {self.engine.name!r}: step failed: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            self.counters.step_s += time.perf_counter() - t0
+        c = self.counters
+        c.steps += 1
+        c.batch_total += len(batch)
+        now = time.perf_counter()
+        for row, (e, tok, dest) in enumerate(zip(batch, out.next_tokens, dests, strict=True)):
+            c.routes[dest] += 1
+            if (dest == self.index or self.algo.keeps_token(e.req, dest)) and self.commit(e, int(tok)):
+                if e.meta.outputs:
+                    self._report.outputs.append((e.req.rid, _row(out.logits, row, e.meta.outputs & OUT_LOGITS),
+                                                 _row(out.hidden, row, e.meta.outputs & OUT_HIDDEN)))
+                continue  # finished
+            if dest == self.index:
+                self.sched.make_ready(e, now)
+            else:
+                self.hand_off(e, dest)
+
+    def commit(self, e: Entry, tok: int) -> bool:
+        """Commit one token and stream it; True if that finished the request (finish handled here)."""
+        req = e.req
+        self._report.chunks.append((req.rid, len(req.output_ids), [tok]))
+        req.commit(tok)
+        self.counters.committed += 1
+        reason = "stop" if tok in e.stop_ids else "length" if len(req.output_ids) >= req.max_new_tokens else ""
+        if reason:
+            self._report.finishes.append((req.rid, reason, len(req.output_ids), e.hops))
+            self.drop(req.rid)
+        return bool(reason)
+
+    def hand_off(self, e: Entry, dest: int) -> None:
+        req = e.req
+        first = dest not in req.peer_seen
+        msg = self.algo.send(req, dest)
+        req.peer_seen[dest] = msg.loc + len(msg.token_ids)
+        e.hops += 1
+        self.counters.handoffs += 1
+        self.sched.pend(e)
+        self._outbox.setdefault(dest, []).append(PeerMessage(msg, self.index, e.hops, e.meta if first else None))
+
+    def drop(self, rid: str, unregistered: Entry | None = None) -> None:
+        """Forget a request here and tell every peer that has seen it to do the same."""
+        e = self.sched.remove(rid) or unregistered
+        self.engine.release(rid)
+        if e is None:
+            return
+        for peer in e.req.peer_seen:
+            release = PeerRequest(rid, 0, [], len(e.req.prompt_ids), finished=True)
+            self._outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.hops))
+
+    def fail(self, rid: str, error: str, unregistered: Entry | None = None) -> None:
+        self._report.failures.append((rid, error))
+        self.drop(rid, unregistered)
+
+    # ---- stage 3: send -------------------------------------------------------------------------------------
+
+    def flush(self, now: float) -> None:
+        for peer, msgs in self._outbox.items():
+            self.peers[peer].send(encode(msgs), zmq.NOBLOCK)
+        self._outbox.clear()
+        r = self._report
+        if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
+            r.stats = self.counters.snapshot(now)
+            self._stats_dirty = False
+            self._stats_sent = now
+        if r.chunks or r.finishes or r.failures or r.stats:
+            self.to_frontend.send(encode([r]), zmq.NOBLOCK)
+            self._report = Report(self.index)
+
+    def _stats_due_in(self, now: float) -> float | None:
+        return max(0.0, self._stats_sent + STATS_PERIOD_S - now) if self._stats_dirty else None
+
+    # ---- loop ----------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self.inbox, zmq.POLLIN)
+        while not self.stopping:
+            start = time.perf_counter()
+            self.drain()
+            batch = self.sched.next_batch(start, lambda e: max(1, e.req.seq_len - self.engine.seq_len(e.req.rid)))
+            if batch:
+                step_before = self.counters.step_s
+                self.run_batch(batch)
+                self._stats_dirty = True
+                end = time.perf_counter()
+                self.flush(end)
+                overhead = (end - start) - (self.counters.step_s - step_before)
+                self.counters.overhead_us.append(overhead * 1e6)
+                continue
+            self.flush(start)
+            now = time.perf_counter()
+            due = [t for t in (self.sched.wait_timeout(now), self._stats_due_in(now)) if t is not None]
+            timeout_ms = min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
+            if not poller.poll(timeout_ms):
+                self.housekeeping(time.perf_counter())
+
+    def housekeeping(self, now: float) -> None:
+        if os.getppid() != self.parent:
+            self.stopping = True  # the front end died without telling us
+        for rid in [r for r, t in self.aborted.items() if now - t > ABORT_MEMORY_S]:
+            del self.aborted[rid]
+
+
+def _row(values: Any, row: int, wanted: int) -> list[float] | None:
+    """One request's row of a step output as plain floats (msgpack), if asked for and the engine has it."""
+    return values[row].float().tolist() if wanted and values is not None else None
+
+
+def _die_with_parent() -> None:
+    """Linux: get SIGTERM if the front end process dies, even by SIGKILL (no orphan subservers)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent-pid check in the idle loop covers it
+        pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
+def main(blob: bytes) -> None:
+    """Process entry point. Exit status 0 on shutdown, 1 on a fatal error."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front end, which shuts us down
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _die_with_parent()
+    cfg = SubserverConfig.from_blob(blob)
+    ctx = zmq.Context()
+    to_frontend = connect_outbox(ctx, cfg.frontend)
+    status = 0
+    try:
+        spec = ModelSpec.from_dict(cfg.models[cfg.index])
+        try:
+            import torch
+
+            torch.set_num_threads(spec.threads)
+        except ImportError:  # pragma: no cover
+            pass
+        from tokenrouter.engine.factory import build_engine
+
+        engine = build_engine(spec)
+        names = [m["name"] for m in cfg.models]
+        algo = build_algorithm(cfg.algorithm, cfg.index, names, cfg.algorithm_params)
+        algo.bind(engine)
+        inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}")
+        ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size)
+        to_frontend.send(encode([ready]))
+        Subserver(cfg, engine, algo, ctx, inbox, to_frontend).run()
+    except SystemExit:
+        pass
+    except BaseException as exc:  # report why, then exit non-zero
+        status = 1
+        if isinstance(exc, UserError):
+            text = str(exc)
+        else:
+            text = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
+        to_frontend.send(encode([Fatal(cfg.index, text)]))
+    finally:
+        to_frontend.close(linger=2000)  # let a final Report / Fatal reach the front end
+        ctx.destroy(linger=0)
+    sys.stderr.flush()
+    os._exit(status)  # everything is flushed; skip the slow interpreter teardown of torch
+
+
+if __name__ == "__main__":
+    main(sys.stdin.buffer.read())
