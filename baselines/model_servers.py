@@ -90,10 +90,13 @@ async def launch_tokenrouter(spec: ModelSpec, runtime: RuntimeConfig, seed: int,
     assert proc.stdout is not None
     try:
         url = await asyncio.wait_for(_ready_url(proc.stdout), timeout_s)
-    except (TimeoutError, EOFError):
+    except (TimeoutError, EOFError) as exc:
+        if isinstance(exc, EOFError):  # it closed its stdout: it is exiting on its own, let it finish
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
         await ModelServer(spec.name, "", proc, log_path).close()
-        why = f"not ready after {timeout_s:g} s" if proc.returncode is None or proc.returncode < 0 else \
-            f"exited with code {proc.returncode}"
+        why = f"exited with code {proc.returncode}" if isinstance(exc, EOFError) else \
+            f"was not ready after {timeout_s:g} s"
         raise UserError(f"std_serving: server for model {spec.name!r} {why}: {_log_tail(log_path)}") from None
     return ModelServer(spec.name, url, proc, log_path, asyncio.create_task(_discard(proc.stdout)))
 
