@@ -134,6 +134,11 @@ class RoutingAlgorithm(ABC):
         loc, ids = req.unseen_by(peer)
         return PeerRequest(req.rid, loc, ids, len(req.prompt_ids))
 
+    def rates(self, routes: list[list[int]] | None = None) -> dict[str, Any]:
+        """Throughput-model preset for `thresholds=auto` (tokenrouter.algorithms.rates). Default: the preset
+        named like the algorithm, its rates taken from the config params."""
+        return {"preset": self.name}
+
     def receive(self, msg: PeerRequest, req: RouterRequest) -> None:
         """Merge a peer's message into the local request. Default: accept all tokens."""
         plen = len(req.prompt_ids)

@@ -63,6 +63,7 @@ class ModelSpec:
     mem_fraction: float | None = None
     page_size: int = 16
     prefix_cache_tokens: int = 0  # keep released requests' KV for prefix reuse, up to this many tokens (0: off)
+    latency_profile: str | None = None  # `tokenrouter profile` JSON: step latencies for thresholds=auto
     sim: SimSpec = field(default_factory=SimSpec)
 
     def __post_init__(self) -> None:

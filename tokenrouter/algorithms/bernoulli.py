@@ -33,3 +33,7 @@ class Bernoulli(RoutingAlgorithm):
 
     def keeps_token(self, req: RouterRequest, peer: int) -> bool:
         return self.model_index != 0  # small drops its token (large regenerates); large's token is committed
+
+    def rates(self, routes: list[list[int]] | None = None) -> dict[str, Any]:
+        """Throughput-model preset: the fixed hand-off probability (the default 0.35 included)."""
+        return {"preset": "bernoulli", "route_prob": self.route_prob}

@@ -2,39 +2,68 @@
 
 Why here and not in the scheduler: the front end owns N and sends every subserver its threshold, so the
 (possibly slow, disk-cached) search runs once, in one process, off the event loop. The model needs step
-latencies and routing rates: latencies come from sim engines' SimSpec; rates from the algorithm's params
-(perfmodel's presets: bernoulli/r2r-style `route_prob`, rstitch `p01`/`p10`, ensemble `weights`). When either
-is unknown (torch engines have no latency profile here, learned routers no fixed rate) the documented
-default is all ones: plain continuous batching, never a stall.
+latencies and routing rates. Latencies: a model's `latency_profile` (a `tokenrouter profile` JSON, any engine),
+else a sim engine's SimSpec. Rates: the entry model's algorithm's `rates()` (its fixed params or, for learned
+routers, the held-out route rate saved with the router file), else the algorithm's config params
+(perfmodel's presets). When either is unknown the documented default is all ones: plain continuous
+batching, never a stall.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from tokenrouter.api import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec
+from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.engine.sim import sim_latency
 from tokenrouter.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
+def model_latency(model: ModelSpec) -> LatencyProfile | None:
+    """The model's step-latency profile, or None when unknown (a non-sim engine without `latency_profile`).
+    A `latency_profile` that is missing or malformed is a UserError, not a silent fallback."""
+    if model.latency_profile:
+        return LatencyProfile.from_json(model.latency_profile)
+    return sim_latency(model.sim) if model.engine == "sim" else None
+
+
+def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec) -> tuple[str, dict[str, Any]]:
+    """(preset name, preset params): the entry model's `rates()` over the config params. Building the
+    algorithm is cheap (learned routers read only their JSON sidecar here; weights load in `bind()`)."""
+    names = [m.name for m in models]
+    try:
+        rates = build_algorithm(algorithm.name, 0, names, dict(algorithm.params)).rates()
+    except UserError as exc:
+        log.warning("thresholds=auto: %s; using the algorithm's config params for its routing rates", exc)
+        rates = {}
+    known = {k: v for k, v in rates.items() if k != "preset" and v is not None}
+    return str(rates.get("preset") or algorithm.name), {**algorithm.params, **known}
+
+
 def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int) -> dict[int, list[int]] | None:
     """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason."""
     if len(models) < 2:
         return None  # one model: nothing to wait for
-    if any(m.engine != "sim" for m in models):
-        log.warning("thresholds=auto: step latencies are known for sim engines only; using thresholds of 1")
+    latencies = [model_latency(m) for m in models]
+    unknown = [m.name for m, lat in zip(models, latencies, strict=True) if lat is None]
+    if unknown:
+        log.warning("thresholds=auto: no step latencies for model(s) %s; set `latency_profile` to a "
+                    "`tokenrouter profile` JSON; using thresholds of 1", unknown)
         return None
     from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
 
+    preset, params = routing_rates(models, algorithm)
     try:
-        route, commit = preset_for_algorithm(algorithm.name, algorithm.params)
+        route, commit = preset_for_algorithm(preset, params)
     except UserError as exc:
         log.warning("thresholds=auto: %s; using thresholds of 1", exc)
         return None
     if len(route) != len(models):
         log.warning("thresholds=auto: the %r preset describes %d models, not %d; using thresholds of 1",
-                    algorithm.name, len(route), len(models))
+                    preset, len(route), len(models))
         return None
-    return auto_thresholds(route, commit, [sim_latency(m.sim) for m in models], max_n)
+    return auto_thresholds(route, commit, [lat for lat in latencies if lat is not None], max_n)

@@ -1,0 +1,81 @@
+"""`runtime.thresholds=auto` beyond sim engines: torch models get step latencies from a `latency_profile` JSON,
+the routing rate from the algorithm's `rates()` (a learned router's saved held-out route rate), and a bad
+profile path is one clear error. auto_table is a plain function: no subserver is started."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from tokenrouter.algorithms.checkpoints import save_router
+from tokenrouter.algorithms.routers import build_router
+from tokenrouter.config import AlgorithmSpec, ModelSpec, SimSpec
+from tokenrouter.errors import UserError
+from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
+from tokenrouter.runtime.auto import auto_table, model_latency
+
+MAX_N = 6
+
+
+def _profile(path: Path, decode_ms: dict[int, float]) -> str:
+    path.write_text(json.dumps({"model": path.stem, "device": "cpu", "dtype": "float32", "context": 64,
+                                "decode_ms": {str(b): ms for b, ms in decode_ms.items()},
+                                "extend_ms_per_token": 0.01}))
+    return str(path)
+
+
+@pytest.fixture
+def profiles(tmp_path) -> tuple[str, str]:
+    return (_profile(tmp_path / "small.json", {1: 2.0, 4: 2.2, 16: 3.0}),
+            _profile(tmp_path / "large.json", {1: 10.0, 4: 10.5, 16: 13.0}))
+
+
+def _torch_pair(small: str | None, large: str | None) -> list[ModelSpec]:
+    return [ModelSpec(name="small", source="tiny-random:small", latency_profile=small),
+            ModelSpec(name="large", source="tiny-random:large", latency_profile=large)]
+
+
+def test_torch_models_with_profiles_get_the_sim_table(profiles) -> None:
+    algo = AlgorithmSpec("bernoulli", {"route_prob": 0.3})
+    sim = [ModelSpec(name=n, engine="sim", sim=SimSpec(profile=p)) for n, p in zip(("small", "large"), profiles, strict=True)]
+    table = auto_table(_torch_pair(*profiles), algo, MAX_N)
+    assert table is not None and sorted(table) == list(range(1, MAX_N + 1))
+    assert table == auto_table(sim, algo, MAX_N)
+    assert table[MAX_N][1] > 1  # the large model waits for a fuller batch at high concurrency
+    # a sim engine's latency_profile wins over its SimSpec
+    assert model_latency(ModelSpec(name="s", engine="sim", latency_profile=profiles[1])).decode_ms(1) == 10.0
+
+
+def test_bernoullis_default_rate_is_used(profiles) -> None:
+    default = auto_table(_torch_pair(*profiles), AlgorithmSpec("bernoulli"), MAX_N)
+    assert default == auto_table(_torch_pair(*profiles), AlgorithmSpec("bernoulli", {"route_prob": 0.35}), MAX_N)
+
+
+def test_a_learned_router_s_saved_route_rate_sets_the_table(profiles, tmp_path) -> None:
+    net = build_router("co_llm", {"hidden_states_size": 8, "hidden_dims": []})
+    save_router(net, tmp_path / "router" / "router", 0.5, {"metrics": {"heldout_route_rate": 0.2}})
+    algo = AlgorithmSpec("co_llm", {"router": str(tmp_path / "router")})
+    table = auto_table(_torch_pair(*profiles), algo, MAX_N)
+    lats = [model_latency(m) for m in _torch_pair(*profiles)]
+    assert table == auto_thresholds(*preset_for_algorithm("co_llm", {"route_prob": 0.2}), lats, MAX_N)
+    assert table != auto_thresholds(*preset_for_algorithm("co_llm", {"route_prob": 0.5}), lats, MAX_N)
+    # trained at another threshold: no known rate, all ones
+    assert auto_table(_torch_pair(*profiles), AlgorithmSpec("co_llm", {**algo.params, "eta": 0.9}), MAX_N) is None
+
+
+def test_torch_models_without_a_profile_fall_back_with_a_hint(profiles, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="tokenrouter.runtime.auto"):
+        assert auto_table(_torch_pair(profiles[0], None), AlgorithmSpec("bernoulli"), MAX_N) is None
+    assert "['large']" in caplog.text and "latency_profile" in caplog.text
+
+
+def test_a_missing_or_bad_profile_is_a_one_line_error(tmp_path) -> None:
+    with pytest.raises(UserError, match="latency profile not found") as err:
+        auto_table(_torch_pair(str(tmp_path / "nope.json"), None), AlgorithmSpec("bernoulli"), MAX_N)
+    assert "\n" not in str(err.value)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(UserError, match="not a `tokenrouter profile` JSON"):
+        auto_table(_torch_pair(str(tmp_path / "bad.json"), None), AlgorithmSpec("bernoulli"), MAX_N)
