@@ -1,4 +1,4 @@
-"""Shared test set-up: one torch thread per process (2-core CI), a private cache dir for built models."""
+"""Shared test set-up: one torch thread per process (2-core CI). Built models are cached under $TOKENROUTER_CACHE."""
 
 from __future__ import annotations
 

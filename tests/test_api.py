@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import pytest
 
-from tokenrouter.api import PeerRequest, RouterRequest, StepResult, algorithm_class, build_algorithm, stable_uniform
+from tokenrouter.api import (
+    PeerRequest,
+    RouterRequest,
+    StepResult,
+    algorithm_class,
+    build_algorithm,
+    stable_uniform,
+)
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs
 from tokenrouter.errors import UserError
 

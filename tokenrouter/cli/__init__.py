@@ -46,11 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"tokenrouter {name}: interrupted", file=sys.stderr)
         return 130
-_register("report", "tokenrouter.cli.report")
+
+
 _register("bench", "tokenrouter.cli.bench")
+_register("serve", "tokenrouter.cli.serve")
+_register("report", "tokenrouter.cli.report")
+_register("model", "tokenrouter.cli.model")
 _register("generate", "tokenrouter.cli.generate")
 _register("profile", "tokenrouter.cli.profile")
-_register("serve", "tokenrouter.cli.serve")
 _register("train-router", "tokenrouter.cli.train_router")
 _register("make-pair", "tokenrouter.cli.make_pair")
-_register("model", "tokenrouter.cli.model")
+_register("demo", "tokenrouter.cli.demo")
