@@ -214,7 +214,7 @@ def build_pair(out: Path, seed: int = 0, recipe: PairRecipe | None = None, eval_
             metrics["members"][name] = info
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
         (tmp / "tokenrouter_build.json").write_text(json.dumps(stamp(recipe, seed), indent=2) + "\n")
-        _install(tmp, out)
+        _install(tmp, out, replace=True)  # under the pair's file lock; --force rebuilds in place
     finally:
         torch.set_num_threads(threads)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -90,8 +90,15 @@ def tiny_random_path(size: str) -> Path:
     return final
 
 
-def _install(tmp: Path, final: Path) -> None:
-    """Move a finished build into place; if another process got there first with the same build, keep theirs."""
+def _install(tmp: Path, final: Path, replace: bool = False) -> None:
+    """Move a finished build into place; if another process got there first with the same build, keep theirs
+    (replacing it would pull the directory from under a process that is loading it) unless `replace`."""
+    marker = "tokenrouter_build.json"
+    try:
+        if not replace and (final / marker).read_text() == (tmp / marker).read_text():
+            return
+    except OSError:
+        pass
     if final.exists():
         old = final.with_name(f".{final.name}-old-{os.getpid()}")
         try:
