@@ -160,15 +160,21 @@ async def thresholds(window_s: float, warmup_s: float, ns: list[int]) -> None:
             print(f"   N={n}: best measured B1={best_m}, best predicted B1={best_p}{auto}", flush=True)
 
 
+SECTIONS = ("overhead", "handoff", "thresholds")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sections", nargs="*", default=["overhead", "handoff", "thresholds"],
-                    choices=["overhead", "handoff", "thresholds"])
+    ap.add_argument("sections", nargs="*", metavar="{overhead,handoff,thresholds}",
+                    help="which figures (default: all)")
     ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / handoff")
     ap.add_argument("--window", type=float, default=20.0, help="measurement window per threshold setting (s)")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4], help="concurrency levels to validate")
     args = ap.parse_args()
+    args.sections = args.sections or list(SECTIONS)
+    if unknown := set(args.sections) - set(SECTIONS):
+        ap.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     if "overhead" in args.sections:
         asyncio.run(overhead(args.tokens))
     if "handoff" in args.sections:
