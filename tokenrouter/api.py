@@ -17,12 +17,13 @@ import importlib
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tokenrouter.engine.base import Engine, SamplingParams
 from tokenrouter.errors import UserError
+
+if TYPE_CHECKING:  # torch only for annotations: sim-engine subservers start without importing it
+    import torch
 
 
 @dataclass

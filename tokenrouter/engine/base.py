@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch only for annotations: weightless engines never import it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,7 @@ class Engine(ABC):
     eos_token_ids: tuple[int, ...] = ()
     vocab_size: int = 0
     hidden_size: int = 0
-    device: torch.device = torch.device("cpu")
+    device: Any = "cpu"  # a torch.device on engines with weights
 
     @abstractmethod
     def step(self, items: list[StepItem]) -> StepOutput:

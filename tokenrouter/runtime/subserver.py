@@ -344,12 +344,10 @@ def main(blob: bytes) -> None:
     status = 0
     try:
         spec = ModelSpec.from_dict(cfg.models[cfg.index])
-        try:
+        if spec.engine != "sim":  # a sim subserver never imports torch (seconds of start-up)
             import torch
 
             torch.set_num_threads(spec.threads)
-        except ImportError:  # pragma: no cover
-            pass
         from tokenrouter.engine.factory import build_engine
 
         engine = build_engine(spec)
