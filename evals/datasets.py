@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenrouter.errors import UserError
+from tokenrouter.jsonl import read_json_objects
 
 FORMATS = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -63,7 +64,7 @@ def read_file(path: Path, name: str) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".jsonl":
-            return _read_jsonl(path)
+            return read_json_objects(path)
         if suffix == ".json":
             return _read_json(path)
         if suffix == ".parquet":
@@ -83,27 +84,11 @@ def read_file(path: Path, name: str) -> list[dict[str, Any]]:
     )
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{lineno}: expected a JSON object per line")
-            rows.append(row)
-    return rows
-
-
 def _read_json(path: Path) -> list[dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError:  # many ".json" data files are really JSON lines
-        return _read_jsonl(path)
+        return read_json_objects(path)
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         raise UserError(f"{path}: expected a JSON list of objects (or JSON lines)")
     return data

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from evals import demo_summary as ds
 from evals.results import load_results
 from tokenrouter.cli import demo, main
-from tokenrouter.cli.train_router import compose
+from tokenrouter.cli.hydra_config import compose
 from tokenrouter.config import model_specs
 from tokenrouter.errors import UserError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenrouter.cli import main
-from tokenrouter.cli.bench import conf_dir
+from tokenrouter.cli.hydra_config import conf_dir
 
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
 

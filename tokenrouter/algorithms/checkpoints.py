@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tokenrouter.algorithms.routers import R2RRouter, RouterNet, build_router, router_config
-from tokenrouter.errors import UserError
+from tokenrouter.errors import UserError, first_line
 
 FORMAT = "tokenrouter.router"
 EMBEDDING_KEY = "token_embeddings.weight"
@@ -173,8 +173,7 @@ def _resolve(path: str) -> Path:
 
         return Path(hf_hub_download(repo_id=repo_id, filename=filename))
     except Exception as exc:  # offline, unknown repo or file: one clear line, whatever the Hub client raised
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(
             f"router {path!r} is not a local file and could not be fetched from the Hugging Face Hub "
-            f"({repo_id}, {filename}): {reason}. Download it and pass the local path."
+            f"({repo_id}, {filename}): {first_line(exc)}. Download it and pass the local path."
         ) from None

@@ -6,13 +6,13 @@ status 2 like every other command, and so tests can call `tokenrouter.cli.main([
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.cli.hydra_config import conf_dir
 from tokenrouter.errors import UserError
 
 HELP = "run an experiment (Hydra overrides; -m for a multirun sweep) and write a run dir"
@@ -37,17 +37,6 @@ crash resumes it; at the end its runs are collected into one table, <sweep dir>/
 hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out: joblib locally
 (hydra/launcher=joblib, package hydra-joblib-launcher), submitit on SLURM (see conf/experiment/README.md).
 Set TOKENROUTER_CONF=DIR to use another config dir (default: the repo's conf/)."""
-
-
-def conf_dir() -> Path:
-    """The Hydra config dir: $TOKENROUTER_CONF, else conf/ next to the package (repo checkout)."""
-    env = os.environ.get("TOKENROUTER_CONF")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
-    if not (path / "config.yaml").is_file():
-        where = "TOKENROUTER_CONF" if env else "the repository"
-        raise UserError(f"no Hydra config found at {path}/config.yaml (set by {where}); "
-                        "set TOKENROUTER_CONF to a dir holding config.yaml and its groups")
-    return path
 
 
 def _parser() -> ArgumentParser:

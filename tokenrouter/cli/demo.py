@@ -316,7 +316,7 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if any(o.startswith("-") for o in args.overrides):
         raise UserError(f"unknown option {next(o for o in args.overrides if o.startswith('-'))!r}")
-    from tokenrouter.cli.train_router import compose
+    from tokenrouter.cli.hydra_config import compose
     from tokenrouter.config import model_specs
 
     start = time.perf_counter()

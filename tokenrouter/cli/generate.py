@@ -16,6 +16,7 @@ from tokenrouter.cli.engine_opts import add_engine_args, engine_from_args
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.continuous import Job, run_batch
 from tokenrouter.errors import UserError
+from tokenrouter.jsonl import numbered_json_objects
 
 HELP = "generate completions for prompts with one model (continuous batching)"
 
@@ -45,16 +46,10 @@ def _read_prompts(args: Any) -> list[str | list[int]]:
     if not path.is_file():
         raise UserError(f"prompts file not found: {path}")
     prompts: list[str | list[int]] = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-        if isinstance(row, dict) and isinstance(row.get("prompt"), str):
+    for n, row in numbered_json_objects(path):
+        if isinstance(row.get("prompt"), str):
             prompts.append(row["prompt"])
-        elif isinstance(row, dict) and isinstance(row.get("input_ids"), list) and all(
+        elif isinstance(row.get("input_ids"), list) and all(
             isinstance(t, int) for t in row["input_ids"]
         ):
             prompts.append(list(row["input_ids"]))

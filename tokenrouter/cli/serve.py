@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.cli.hydra_config import compose
 from tokenrouter.errors import UserError
 
 HELP = "serve the model set over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, ...)"
@@ -37,11 +38,6 @@ SERVER_DEFAULTS: dict[str, Any] = {
 READY_PREFIX = "tokenrouter serve: ready on "
 
 
-def conf_dir() -> Path:
-    """The project's conf/ (next to the package in a checkout or an editable install)."""
-    return Path(__file__).resolve().parents[2] / "conf"
-
-
 def _parser() -> ArgumentParser:
     p = ArgumentParser(
         prog="tokenrouter serve",
@@ -55,24 +51,6 @@ def _parser() -> ArgumentParser:
     p.add_argument("-cn", "--config-name", default="config", help="primary config name (default: config)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides (key=value, group=option)")
     return p
-
-
-def compose(config_path: Path | None, config_name: str, overrides: list[str]) -> Any:
-    """The composed config; Hydra's errors become one UserError line."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    directory = (config_path or conf_dir()).resolve()
-    if not directory.is_dir():
-        raise UserError(f"config directory not found: {directory}")
-    try:
-        with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return hydra_compose(config_name=config_name, overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"config: {first}") from None
 
 
 def server_options(cfg: Any) -> dict[str, Any]:
@@ -180,7 +158,7 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
 
 def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    cfg = compose(args.config_path, args.config_name, args.overrides)
+    cfg = compose(args.overrides, args.config_path, args.config_name)
     opts = server_options(cfg)
     sock = bind(opts["host"], opts["port"])  # a busy port fails here, before any model loads
     try:

@@ -8,25 +8,10 @@ import sys
 from pathlib import Path
 
 from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.cli.hydra_config import compose
 from tokenrouter.errors import UserError
 
 HELP = "train a token router (r2r | citer | co_llm) for a model pair on a workload's prompts"
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-
-
-def compose(overrides: list[str]):
-    """The project's Hydra config with command-line overrides (e.g. models=tiny workload=arith)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="train_router"):
-            return hydra_compose(config_name="config", overrides=overrides)
-    except (HydraException, OmegaConfBaseException) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"config: {first}") from None
 
 
 def _parser() -> ArgumentParser:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.errors import UserError
+from tokenrouter.errors import UserError, first_line
 
 DTYPES = ("float32", "float16", "bfloat16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -75,9 +75,8 @@ def _from_pretrained(fn: Any, src: ResolvedSource, what: str, **kwargs: Any) -> 
         raise
     except Exception as exc:  # transformers raises many types (OSError, ValueError, SafetensorError, ...)
         where = src.location + (f"/{src.gguf_file}" if src.gguf_file else "")
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = "" if src.is_local else " (is the Hugging Face Hub reachable from here?)"
-        raise UserError(f"cannot load {what} from {where}{hint}: {first}") from None
+        raise UserError(f"cannot load {what} from {where}{hint}: {first_line(exc)}") from None
 
 
 def load_model(source: str, dtype: str = "float32", device: str = "cpu"):

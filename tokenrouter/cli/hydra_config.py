@@ -1,0 +1,38 @@
+"""Where the Hydra configs live and how commands compose them: one place, so every command honours
+$TOKENROUTER_CONF and reports a bad override as one line."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.errors import UserError, first_line
+
+
+def conf_dir() -> Path:
+    """The Hydra config dir: $TOKENROUTER_CONF, else conf/ next to the package (repo checkout)."""
+    env = os.environ.get("TOKENROUTER_CONF")
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
+    if not (path / "config.yaml").is_file():
+        where = "TOKENROUTER_CONF" if env else "the repository"
+        raise UserError(f"no Hydra config found at {path}/config.yaml (set by {where}); "
+                        "set TOKENROUTER_CONF to a dir holding config.yaml and its groups")
+    return path
+
+
+def compose(overrides: list[str], config_dir: Path | None = None, config_name: str = "config") -> Any:
+    """The composed config (an OmegaConf DictConfig); Hydra's errors become one UserError line."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    directory = (config_dir or conf_dir()).resolve()
+    if not directory.is_dir():
+        raise UserError(f"config directory not found: {directory}")
+    try:
+        with initialize_config_dir(config_dir=str(directory), version_base=None):
+            return hydra_compose(config_name=config_name, overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise UserError(f"config: {first_line(exc)}") from None
