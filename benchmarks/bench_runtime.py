@@ -80,15 +80,14 @@ async def handoff(tokens: int) -> None:
 
 
 def _predictor():
-    """(n, thresholds, step latencies ms) -> predicted tok/s from the throughput model, or None without it."""
+    """(n, thresholds, step latencies ms, hand-off rate) -> predicted tok/s from the throughput model, or None
+    without it."""
     try:
         from tokenrouter.perfmodel.chain import throughput
         from tokenrouter.perfmodel.spec import SystemSpec
     except ImportError:
         return None
-    p = PAPER_ROUTE_PROB
-
-    def predict(n: int, b: list[int], latencies_ms: list[float]) -> float:
+    def predict(n: int, b: list[int], latencies_ms: list[float], p: float = PAPER_ROUTE_PROB) -> float:
         spec = SystemSpec.build([[1 - p, p], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]], latencies_ms, quantum_ms=0.1)
         return throughput(spec, n, b).throughput_tok_s
 
@@ -96,9 +95,10 @@ def _predictor():
 
 
 async def _closed_loop(fe: TokenRouterFrontend, n: int, warmup_s: float,
-                       window_s: float) -> tuple[float, list[float], list[float]]:
+                       window_s: float) -> tuple[float, list[float], list[float], float]:
     """N requests that outlive the window: committed tokens per second over the window (subserver counters),
-    and per model the mean step time (ms) and batch size actually seen."""
+    per model the mean step time (ms) and batch size actually seen, and the small model's realized hand-off
+    rate (decisions are seeded per (request, position), so a window's sample can sit a few % off route_prob)."""
     async def snap() -> tuple[float, dict]:
         stats = await fe.refresh_stats()
         return time.perf_counter(), stats["models"]
@@ -122,7 +122,10 @@ async def _closed_loop(fe: TokenRouterFrontend, n: int, warmup_s: float,
         steps = max(1, s1[m]["steps"] - s0[m]["steps"])
         step_ms.append((s1[m]["busy_s"] - s0[m]["busy_s"]) * 1e3 / steps)
         batch.append((s1[m]["mean_batch_size"] * s1[m]["steps"] - s0[m]["mean_batch_size"] * s0[m]["steps"]) / steps)
-    return committed / (t1 - t0), step_ms, batch
+    small = list(s1)[0]
+    routed = [c1 - c0 for c0, c1 in zip(s0[small]["route_counts"].values(), s1[small]["route_counts"].values(),
+                                         strict=True)]
+    return committed / (t1 - t0), step_ms, batch, routed[1] / max(1, sum(routed))
 
 
 def _pct(measured: float, predicted: float | None) -> str:
@@ -133,26 +136,27 @@ async def thresholds(window_s: float, warmup_s: float, ns: list[int]) -> None:
     print(f"== threshold validation: sim {PAPER_LATENCIES_MS[0]} / {PAPER_LATENCIES_MS[1]} ms, bernoulli "
           f"{PAPER_ROUTE_PROB}, thresholds [1, B1], closed loop, {window_s:g} s window, "
           f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs ==")
-    print("predicted: the throughput model at the nominal latencies; 'at measured': at the mean step times the "
-          "sim engines actually took (sleep overshoot on a busy machine), which isolates runtime overheads.")
+    print("predicted: the throughput model at the nominal latencies and route_prob; 'at measured': at the mean "
+          "step times the sim engines actually took (sleep overshoot) and the hand-off rate the window's seeded "
+          "decisions actually had (p), which isolates runtime overheads from sampling noise.")
     predict = _predictor()
     models = [_sim("small", PAPER_LATENCIES_MS[0], 1), _sim("large", PAPER_LATENCIES_MS[1], 2)]
     algo = AlgorithmSpec("bernoulli", {"route_prob": PAPER_ROUTE_PROB})
     rt = RuntimeConfig(thresholds=[1, 1], max_wait_ms=1e9)
     auto_rows = auto_table(models, algo, max(ns)) if predict else None
     print(f"{'N':>2} {'B1':>3} {'measured':>9} {'predicted':>10} {'error':>7} {'at measured':>12} {'error':>7}"
-          f"   step ms (small, large)  mean batch")
+          f"      p   step ms (small, large)  mean batch")
     async with TokenRouterFrontend(models, algo, rt) as fe:
         for n in ns:
             rows = []
             for b1 in range(1, n + 1):
                 fe.thresholds = ThresholdTable([1, b1], 2)  # sent to subservers with the next admission
-                measured, step_ms, batch = await _closed_loop(fe, n, warmup_s, window_s)
+                measured, step_ms, batch, p = await _closed_loop(fe, n, warmup_s, window_s)
                 nominal = predict(n, [1, b1], list(PAPER_LATENCIES_MS)) if predict else None
-                actual = predict(n, [1, b1], step_ms) if predict else None
+                actual = predict(n, [1, b1], step_ms, p) if predict else None
                 rows.append((b1, measured, nominal))
                 print(f"{n:>2} {b1:>3} {measured:9.2f} {nominal or float('nan'):10.2f} {_pct(measured, nominal):>7} "
-                      f"{actual or float('nan'):12.2f} {_pct(measured, actual):>7}   "
+                      f"{actual or float('nan'):12.2f} {_pct(measured, actual):>7} {p:6.3f}   "
                       f"{step_ms[0]:6.2f} {step_ms[1]:6.2f}        {batch[0]:.2f} {batch[1]:.2f}", flush=True)
             best_m = max(rows, key=lambda r: r[1])[0]
             best_p = max(rows, key=lambda r: r[2])[0] if predict else None

@@ -3,6 +3,8 @@
 
     .venv/bin/python benchmarks/bench_systems.py [--out DIR] [EXTRA HYDRA OVERRIDES...]
 
+Measured: total output tokens / elapsed, and steady (summary.json `steady_throughput_tok_s`: while all N
+clients were busy, i.e. without the drain tail at the end, which the closed-loop predictions do not have).
 Predictions: lock-step from `baselines.lockstep.bernoulli_throughput` (every round commits N tokens and costs
 a small step plus a large step unless no row was routed), TokenRouter from the throughput model's Markov
 chain at the thresholds the runtime used. A rerun with the same --out reuses finished runs (delete the dir to
@@ -30,22 +32,31 @@ def run(out: Path, extra: list[str]) -> dict[tuple[str, int], dict]:
     return runs
 
 
+STEADY = "steady_throughput_tok_s"
+
+
 def report(runs: dict[tuple[str, int], dict]) -> None:
-    print(f"{'N':>3} {'system':<12} {'thresholds':<10} {'measured':>9} {'predicted':>9} {'meas/pred':>9}")
+    print("measured: total output tokens / elapsed; steady: the same while all N clients were busy (first to last "
+          "arrival), i.e. without the drain tail a closed-loop model does not have")
+    print(f"{'N':>3} {'system':<12} {'thresholds':<10} {'measured':>9} {'steady':>9} {'predicted':>9} "
+          f"{'meas/pred':>9} {'steady/pred':>11}")
     for (system, n), s in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         pred = s.get("predicted_throughput_tok_s")
-        ratio = f"{s['throughput_tok_s'] / pred:9.3f}" if pred else f"{'-':>9}"
+        steady = s.get(STEADY) or float("nan")
+        ratios = f"{s['throughput_tok_s'] / pred:9.3f} {steady / pred:11.3f}" if pred else f"{'-':>9} {'-':>11}"
         print(f"{n:>3} {system:<12} {str(s.get('thresholds') or '-'):<10} {s['throughput_tok_s']:9.1f} "
-              f"{pred or float('nan'):9.1f} {ratio}")
+              f"{steady:9.1f} {pred or float('nan'):9.1f} {ratios}")
     print()
-    print(f"{'N':>3} {'TokenRouter / lock-step':>24} {'predicted':>10} {'difference':>10}")
+    print(f"{'N':>3} {'TokenRouter / lock-step':>24} {'steady':>7} {'predicted':>10} {'difference':>10} {'steady':>7}")
     for n in sorted({n for _, n in runs}):
         tr, ls = runs.get(("tokenrouter", n)), runs.get(("lockstep", n))
         if not (tr and ls):
             continue
         measured = tr["throughput_tok_s"] / ls["throughput_tok_s"]
+        steady = (tr.get(STEADY) or float("nan")) / (ls.get(STEADY) or float("nan"))
         predicted = tr["predicted_throughput_tok_s"] / ls["predicted_throughput_tok_s"]
-        print(f"{n:>3} {measured:24.3f} {predicted:10.3f} {100 * (measured / predicted - 1):+9.1f}%")
+        print(f"{n:>3} {measured:24.3f} {steady:7.3f} {predicted:10.3f} {100 * (measured / predicted - 1):+9.1f}% "
+              f"{100 * (steady / predicted - 1):+6.1f}%")
 
 
 def cli() -> None:

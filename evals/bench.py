@@ -146,7 +146,7 @@ def result_row(result: GenerationResult, prep: Prepared, position: dict[int, int
 
 async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     """Build the workload and the system, run every request, write requests.jsonl and summary.json."""
-    from evals.metrics import summarize
+    from evals.metrics import steady_throughput, summarize
 
     arrival = str(cfg.get("arrival", "closed_loop"))
     if arrival not in ARRIVALS:
@@ -192,6 +192,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     graded = [rows[k]["correct"] for k in order]
     correct = graded if graded and all(c is not None for c in graded) else None
     summary = summarize(results, elapsed, system.model_names, correct)
+    summary["steady_throughput_tok_s"] = steady_throughput(results, clients) if arrival == "closed_loop" else None
     # the share of the model SET's last (strong) model, also when the system serves part of the set (single)
     total = sum(summary["tokens_per_model"].values())
     summary["large_token_share"] = summary["tokens_per_model"].get(list(specs)[-1], 0) / total if total else None

@@ -91,6 +91,27 @@ def summarize(
     return summary
 
 
+def steady_throughput(results: Sequence[GenerationResult], clients: int) -> float | None:
+    """Closed loop: output tokens per second from the first arrival to the last, while every client had a
+    request in flight (requests still running at the last arrival count pro rata by time). Total / elapsed
+    also holds the drain tail, where fewer than `clients` requests remain (long when requests finish at
+    different paces); this is what a closed-loop model such as tokenrouter.perfmodel predicts. None when the
+    workload fits in one wave (no request arrived after another finished)."""
+    if len(results) <= clients:
+        return None
+    start = min(r.arrival_s for r in results)
+    end = max(r.arrival_s for r in results)
+    if end <= start:
+        return None
+    tokens = 0.0
+    for r in results:
+        if r.finish_s <= end:
+            tokens += len(r.output_ids)
+        elif r.arrival_s < end:
+            tokens += len(r.output_ids) * (end - r.arrival_s) / (r.finish_s - r.arrival_s)
+    return tokens / (end - start)
+
+
 def _curve(points: Sequence[tuple[float, float]], weak_acc: float, strong_acc: float) -> np.ndarray:
     """(strong share, accuracy) sorted by share, anchored at (0, weak) and (1, strong) like RouteLLM's curves."""
     pts = sorted({(float(s), float(a)) for s, a in points if 0.0 < float(s) < 1.0})

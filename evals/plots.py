@@ -17,10 +17,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from evals.report import PER_REQUEST, THROUGHPUT, has, select, series_label  # noqa: E402
+from evals.report import PER_REQUEST, STEADY, THROUGHPUT, has, select, series_label  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 PREDICTED = "predicted_throughput_tok_s"
+MEASURED = "measured_tok_s"
 
 
 def _save(fig: plt.Figure, out: Path, stem: str) -> list[Path]:
@@ -96,24 +97,26 @@ def pareto_plot(df: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Measured vs predicted throughput over the large model's threshold, one panel per concurrency N."""
+    """Measured vs predicted throughput over the large model's threshold, one panel per concurrency N. Measured
+    is the steady (closed-loop, no drain tail) throughput where the runs have it: the model has no tail."""
     runs = has(select(df, "threshold_validation"), PREDICTED, THROUGHPUT, "concurrency").copy()
     if runs.empty:
         return []
     runs["threshold"] = runs["threshold_large"].where(runs["threshold_large"].notna(), runs["thresholds"])
-    table = runs.groupby(["concurrency", "threshold"], as_index=False)[[THROUGHPUT, PREDICTED]].mean()
+    runs[MEASURED] = runs[STEADY].fillna(runs[THROUGHPUT]) if STEADY in runs else runs[THROUGHPUT]
+    table = runs.groupby(["concurrency", "threshold"], as_index=False)[[MEASURED, PREDICTED]].mean()
     if table.groupby("concurrency")["threshold"].nunique().max() < 2:
         return []  # no threshold axis: nothing to validate the threshold choice against
-    table["rel_error"] = (table[PREDICTED] - table[THROUGHPUT]) / table[THROUGHPUT]
+    table["rel_error"] = (table[PREDICTED] - table[MEASURED]) / table[MEASURED]
     ns = sorted(table["concurrency"].unique())
     with sns.axes_style("whitegrid"):
         fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns), 3.8), squeeze=False)
         for ax, n in zip(axes[0], ns, strict=True):
             g = table[table["concurrency"] == n].sort_values("threshold")
             x = g["threshold"].astype(str) if g["threshold"].dtype == object else g["threshold"]
-            ax.plot(x, g[THROUGHPUT], "o-", label="measured")
+            ax.plot(x, g[MEASURED], "o-", label="measured")
             ax.plot(x, g[PREDICTED], "s--", label="predicted")
-            best_m = g.loc[g[THROUGHPUT].idxmax(), "threshold"]
+            best_m = g.loc[g[MEASURED].idxmax(), "threshold"]
             best_p = g.loc[g[PREDICTED].idxmax(), "threshold"]
             ax.set_title(f"N={int(n)}: best B measured {best_m}, predicted {best_p}", fontsize=9)
             ax.set_xlabel("large-model threshold B")

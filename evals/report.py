@@ -21,6 +21,7 @@ from evals.metrics import apgr, cpt
 
 THROUGHPUT = "throughput_tok_s"
 PER_REQUEST = "per_request_throughput_tok_s"
+STEADY = "steady_throughput_tok_s"  # closed loop without the drain tail: what the throughput model predicts
 BASELINES = {"lockstep": "R2R lockstep", "official_r2r": "R2R official"}
 
 

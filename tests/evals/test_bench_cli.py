@@ -31,6 +31,7 @@ def test_run_writes_config_requests_and_summary(tmp_path: Path) -> None:
     assert summary["num_requests"] == 6 and summary["output_tokens"] == 72
     assert summary["system"] == "lockstep" and summary["concurrency"] == 3
     assert summary["throughput_tok_s"] == pytest.approx(72 / summary["elapsed_s"])
+    assert 0 < summary["steady_throughput_tok_s"] < 3 * 1000 / 6.0  # 6 requests, 3 clients: two waves
     # lock-step rounds cost a small step plus, mostly, a large step: well below the small model's own rate
     assert 0 < summary["throughput_tok_s"] < 3 * 1000 / 6.0
     assert summary["predicted_throughput_tok_s"] > 0

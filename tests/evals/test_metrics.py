@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from evals.metrics import apgr, cpt, summarize, wilson_interval
+from evals.metrics import apgr, cpt, steady_throughput, summarize, wilson_interval
 from tokenrouter.results import GenerationResult
 
 
@@ -58,6 +58,21 @@ def test_summarize_without_grading_or_results() -> None:
     assert summarize([], 1.0, ["m"], correct=[])["accuracy"] is None
     with pytest.raises(ValueError, match="2 entries for 1 results"):
         summarize([result(0, 1, 0, 0.1, 1)], 1.0, ["m"], correct=[True, False])
+
+
+def test_steady_throughput_leaves_out_the_drain_tail() -> None:
+    # two closed-loop clients; the last arrival is at t=2, after which one client idles while the other drains
+    results = [
+        result(0, 100, 0.0, 0.1, 1.0),
+        result(1, 100, 0.0, 0.1, 2.0),
+        result(2, 100, 1.0, 1.1, 2.0),
+        result(3, 100, 2.0, 2.1, 6.0),  # 0 s of it inside the window
+        result(4, 40, 1.0, 1.1, 3.0),  # half of its time inside the window: 20 tokens
+    ]
+    assert steady_throughput(results, clients=2) == pytest.approx((300 + 20) / 2.0)
+    assert summarize(results, 6.0, ["m"])["throughput_tok_s"] == pytest.approx(440 / 6.0)  # tail included
+    assert steady_throughput(results[:2], clients=2) is None  # one wave: no steady window
+    assert steady_throughput([result(0, 5, 0.0, 0.1, 1.0), result(1, 5, 0.0, 0.1, 1.0)], clients=1) is None
 
 
 def test_wilson_interval() -> None:
