@@ -73,7 +73,7 @@ async def handoff(tokens: int) -> None:
     models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
     algo = AlgorithmSpec("bernoulli", {"route_prob": 1.0})
     async with TokenRouterFrontend(models, algo, RuntimeConfig(thresholds=[1, 1])) as fe:
-        await _token_gaps_us(fe, 200, 1)
+        await _token_gaps_us(fe, 2000, 1)
         gaps = await _token_gaps_us(fe, tokens, 1)
         st = fe.stats()["models"]
         print(f"round trip median {statistics.median(gaps):.1f} us (p90 {statistics.quantiles(gaps, n=10)[-1]:.1f}); "
