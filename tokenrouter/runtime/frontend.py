@@ -32,7 +32,7 @@ from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
 from tokenrouter.runtime.auto import auto_table
-from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, recv_nowait, remove_dir
+from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
     OUT_LOGITS,
@@ -356,8 +356,8 @@ class TokenRouterFrontend:
     def _on_readable(self) -> None:
         """Drain every queued frame (the zmq FD is edge-triggered: read until empty on each wake-up)."""
         sock = self._inbox
-        while sock is not None and (frame := recv_nowait(sock)) is not None:
-            for msg in decode(frame):
+        while sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            for msg in decode(sock.recv(zmq.NOBLOCK)):
                 if isinstance(msg, Report):
                     self._on_report(msg)
                 elif isinstance(msg, Ready):

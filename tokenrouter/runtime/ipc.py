@@ -61,12 +61,3 @@ def connect_outbox(ctx: zmq.Context, endpoint: str) -> zmq.Socket:
     sock = _tune(ctx.socket(zmq.PUSH))
     sock.connect(endpoint)
     return sock
-
-
-def recv_nowait(sock: zmq.Socket) -> bytes | None:
-    """The next queued frame, or None. Cheaper than asking ZMQ_EVENTS before every recv (that check makes
-    libzmq process its command queue a second time per frame)."""
-    try:
-        return sock.recv(zmq.NOBLOCK)
-    except zmq.Again:
-        return None

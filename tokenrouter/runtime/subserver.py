@@ -28,7 +28,7 @@ from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepRe
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.errors import UserError
-from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, recv_nowait
+from tokenrouter.runtime.ipc import bind_inbox, connect_outbox
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
     OUT_LOGITS,
@@ -127,8 +127,8 @@ class Subserver:
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
     def drain(self) -> None:
-        while (frame := recv_nowait(self.inbox)) is not None:
-            for msg in decode(frame):
+        while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            for msg in decode(self.inbox.recv(zmq.NOBLOCK)):
                 self.handle(msg)
 
     def handle(self, msg: Message) -> None:
