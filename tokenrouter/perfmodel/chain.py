@@ -165,7 +165,7 @@ def long_run_distribution(chain: Chain) -> np.ndarray:
     return pi
 
 
-def _stationary(mat: sp.csr_matrix, tol: float = 1e-11, max_sweeps: int = 1000) -> np.ndarray:
+def _stationary(mat: sp.csr_matrix, tol: float = 1e-9, max_sweeps: int = 1000) -> np.ndarray:
     """Stationary vector of an irreducible stochastic matrix (periodic allowed), states in BFS order.
 
     Gauss-Seidel on (I - P^T) pi = 0 in breadth-first order: the chain mostly moves "forward" in that
