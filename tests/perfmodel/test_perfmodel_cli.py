@@ -59,6 +59,9 @@ def test_simulate_json_and_latency_profiles(capsys, tmp_path) -> None:
     assert lo < sim["throughput_tok_s"] < hi
     chain = run_json(capsys, ["throughput", *system, "--concurrency", "4", "--thresholds", "1,3"])
     assert sim["throughput_tok_s"] == pytest.approx(chain["throughput_tok_s"], rel=0.03)
+    slow = run_json(capsys, ["simulate", *system, "--concurrency", "4", "--thresholds", "1,3", "--events", "20000",
+                             "--handoff-ms", "3"])
+    assert slow["ci95"][1] < lo  # 3 ms per hop against 6 / 27.9 ms steps: clearly slower
     traces = tmp_path / "traces.jsonl"
     traces.write_text('[0, 0, 1, 0]\n{"models": [0, 1, 0]}\n')
     replay = run_json(

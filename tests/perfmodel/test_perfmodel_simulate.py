@@ -95,3 +95,23 @@ def test_bad_traces_are_rejected(traces, match) -> None:
     spec = SystemSpec.build(route, commit, [6.0, 27.9], 0.1)
     with pytest.raises(UserError, match=match):
         simulate(spec, 2, [1, 1], events=1_000, traces=traces)
+
+
+def test_handoff_delay_matches_the_closed_form_at_n1() -> None:
+    # one request: every small step commits one token (directly, or via one large step), and a hand-off costs
+    # the large step plus two hops: 1 token per L0 + p (L1 + 2h)
+    p, h = 0.35, 0.5
+    spec = SystemSpec.build(*preset("r2r", route_prob=p), [6.0, 27.9], 0.1)
+    res = simulate(spec, 1, [1, 1], events=40_000, seed=1, handoff_ms=h)
+    assert res.ci_low < 1000 / (6.0 + p * (27.9 + 2 * h)) < res.ci_high
+    assert res.throughput_tok_s < 1000 / (6.0 + p * 27.9)
+
+
+def test_handoff_delay_costs_throughput_and_zero_changes_nothing() -> None:
+    spec = SystemSpec.build(*preset("r2r", route_prob=0.35), [6.0, 27.9], 0.1)
+    base = simulate(spec, 4, [1, 3], events=20_000, seed=2)
+    assert simulate(spec, 4, [1, 3], events=20_000, seed=2, handoff_ms=0.0) == base
+    slow = simulate(spec, 4, [1, 3], events=20_000, seed=2, handoff_ms=2.0)
+    assert slow.events == base.events and slow.ci_high < base.ci_low
+    with pytest.raises(UserError, match="handoff_ms"):
+        simulate(spec, 4, [1, 3], handoff_ms=-1.0)

@@ -90,6 +90,8 @@ def build_parser() -> ArgumentParser:
         metavar="FILE.jsonl",
         help="replay routing traces: one JSON list of model indices per line",
     )
+    sm.add_argument("--handoff-ms", type=float, default=0.0,
+                    help="delay of every request that changes model (IPC), which the chain leaves out")
     _system_args(sm)
     return parser
 
@@ -224,7 +226,8 @@ def _run_optimize(args: argparse.Namespace) -> int:
 def _run_simulate(args: argparse.Namespace) -> int:
     spec = system_from_args(args, args.concurrency)
     traces = _load_traces(args.traces) if args.traces else None
-    res = simulate(spec, args.concurrency, args.thresholds, events=args.events, seed=args.seed, traces=traces)
+    res = simulate(spec, args.concurrency, args.thresholds, events=args.events, seed=args.seed, traces=traces,
+                   handoff_ms=args.handoff_ms)
     payload = {
         "throughput_tok_s": res.throughput_tok_s,
         "ci95": [res.ci_low, res.ci_high],

@@ -9,6 +9,10 @@ latencies L_i(b), and with either of two routings:
   traces hold, which the chain cannot represent: the simulator covers that case.
 Committed tokens per step are C[i][j] (j = where the request goes next). Throughput comes with a 95%
 confidence interval from batch means over equal numbers of events after a warm-up.
+
+`handoff_ms` adds what the chain leaves out: a request moving to another model arrives there that much later
+(IPC, wake-up, the receiving loop). It answers "what does the hand-off path cost at these step times" (on the
+2-core development machine a hop is ~0.1-0.25 ms; across hosts over tcp://, more).
 """
 
 from __future__ import annotations
@@ -103,10 +107,14 @@ def simulate(
     traces: Sequence[Sequence[int]] | None = None,
     batches: int = 20,
     quantized: bool = False,
+    handoff_ms: float = 0.0,
 ) -> SimResult:
-    """Simulate `events` batch completions (the first 10% are warm-up); `quantized` rounds latencies like the chain."""
+    """Simulate `events` batch completions (the first 10% are warm-up); `quantized` rounds latencies like the
+    chain; `handoff_ms` delays every request that changes model."""
     m = spec.num_models
     thr = check_thresholds(thresholds, n, m)
+    if not handoff_ms >= 0.0:
+        raise UserError(f"handoff_ms must be >= 0, got {handoff_ms}")
     if events < 10 * batches or batches < 2:
         raise UserError(
             f"need batches >= 2 and events >= 10 * batches, got events={events}, batches={batches}"
@@ -126,33 +134,42 @@ def simulate(
     for slot in range(n):
         queues[router.first(slot)].append(slot)
     running: list[list[int]] = [[] for _ in range(m)]
-    heap: list[tuple[float, int]] = []
+    heap: list[tuple[float, int, int]] = []  # (time, model, slot): slot -1 = model's batch completes
     now = 0.0
 
     def launch() -> None:
         for i in range(m):
             if not running[i] and len(queues[i]) >= thr[i]:
                 running[i], queues[i] = queues[i], []
-                heapq.heappush(heap, (now + latency(i, len(running[i])), i))
+                heapq.heappush(heap, (now + latency(i, len(running[i])), i, -1))
 
     launch()
     warmup = events // 10
     per_batch = (events - warmup) // batches
     marks: list[tuple[float, float]] = []  # (time, tokens) at warm-up end and after each batch
     tokens = 0.0
-    for event in range(warmup + per_batch * batches):
-        if event >= warmup and (event - warmup) % per_batch == 0:
-            marks.append((now, tokens))
-        now, i = heapq.heappop(heap)
-        done = [i]
+    event = 0  # instants at which some batch completes (hand-off arrivals alone do not count)
+    while event < warmup + per_batch * batches:
+        last, now = now, heap[0][0]
+        due = []
         while heap and heap[0][0] - now < 1e-9:
-            done.append(heapq.heappop(heap)[1])
-        for i in done:
+            due.append(heapq.heappop(heap))
+        completes = any(slot < 0 for _, _, slot in due)
+        if completes and event >= warmup and (event - warmup) % per_batch == 0:
+            marks.append((last, tokens))
+        event += completes
+        for _, i, slot in sorted(due, key=lambda e: e[2] >= 0):  # completions first, then arrivals
+            if slot >= 0:
+                queues[i].append(slot)
+                continue
             row = commit[i]
             for slot in running[i]:
                 j = router.next(slot, i)
                 tokens += row[j]
-                queues[j].append(slot)
+                if j != i and handoff_ms > 0:
+                    heapq.heappush(heap, (now + handoff_ms, j, slot))
+                else:
+                    queues[j].append(slot)
             running[i] = []
         launch()
     marks.append((now, tokens))
