@@ -103,7 +103,10 @@ def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     if runs.empty:
         return []
     runs["threshold"] = runs["threshold_large"].where(runs["threshold_large"].notna(), runs["thresholds"])
-    runs[MEASURED] = runs[STEADY].fillna(runs[THROUGHPUT]) if STEADY in runs else runs[THROUGHPUT]
+    if pd.api.types.is_numeric_dtype(runs["threshold"]):
+        runs["threshold"] = runs["threshold"].astype(int)  # thresholds are counts: 2, not 2.0
+    steady = STEADY in runs and runs[STEADY].notna().all()
+    runs[MEASURED] = runs[STEADY] if steady else runs[THROUGHPUT]
     table = runs.groupby(["concurrency", "threshold"], as_index=False)[[MEASURED, PREDICTED]].mean()
     if table.groupby("concurrency")["threshold"].nunique().max() < 2:
         return []  # no threshold axis: nothing to validate the threshold choice against
@@ -114,8 +117,9 @@ def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
         for ax, n in zip(axes[0], ns, strict=True):
             g = table[table["concurrency"] == n].sort_values("threshold")
             x = g["threshold"].astype(str) if g["threshold"].dtype == object else g["threshold"]
-            ax.plot(x, g[MEASURED], "o-", label="measured")
+            ax.plot(x, g[MEASURED], "o-", label="measured (steady)" if steady else "measured")
             ax.plot(x, g[PREDICTED], "s--", label="predicted")
+            ax.set_xticks(list(x))
             best_m = g.loc[g[MEASURED].idxmax(), "threshold"]
             best_p = g.loc[g[PREDICTED].idxmax(), "threshold"]
             ax.set_title(f"N={int(n)}: best B measured {best_m}, predicted {best_p}", fontsize=9)
