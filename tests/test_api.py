@@ -66,6 +66,9 @@ def test_config_validation_names_the_bad_field() -> None:
         ModelSpec(name="m", engine="gpu")
     with pytest.raises(UserError, match="unknown field"):
         ModelSpec.from_dict({"name": "m", "source": "x", "colour": 1})
+    with pytest.raises(UserError, match="device must be cpu, cuda or cuda:N"):
+        ModelSpec(name="m", source="x", device="auto")  # would shard layers across GPUs, away from the KV pool
+    assert ModelSpec(name="m", source="x", device="cuda:1").device == "cuda:1"
     with pytest.raises(UserError, match="unique"):
         model_specs({"members": [{"name": "a", "engine": "sim"}, {"name": "a", "engine": "sim"}]})
     specs = model_specs({"members": [{"name": "a", "engine": "sim", "sim": {"latency_ms": 2.0}}]})

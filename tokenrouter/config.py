@@ -7,12 +7,14 @@ as msgpack-able dicts via `asdict`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tokenrouter.errors import UserError
 
 ENGINES = ("torch", "sim", "sglang")
+_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 
 def _build(cls: type, data: Any, where: str) -> Any:
@@ -79,6 +81,9 @@ class ModelSpec:
             raise UserError(f"model {self.name!r}: kv_tokens, page_size, threads and tp must be positive")
         if self.prefix_cache_tokens < 0:
             raise UserError(f"model {self.name!r}: prefix_cache_tokens must be >= 0")
+        if not _DEVICE.match(self.device):
+            raise UserError(f"model {self.name!r}: device must be cpu, cuda or cuda:N (one device per model; "
+                            f"several GPUs per model take engine=sglang and tp), got {self.device!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

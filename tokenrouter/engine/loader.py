@@ -85,6 +85,8 @@ def load_model(source: str, dtype: str = "float32", device: str = "cpu"):
 
     src = resolve_source(source)
     extra = _gguf_overrides(Path(src.location) / src.gguf_file) if src.gguf_file else {}
+    if device != "cpu":  # load the weights straight onto the GPU: a 32B model would need 64 GB of host RAM first
+        extra["device_map"] = device
     model = _from_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch_dtype(dtype), **extra)
     try:
         model = model.to(device)
