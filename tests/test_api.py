@@ -76,6 +76,12 @@ def test_config_validation_names_the_bad_field() -> None:
     assert AlgorithmSpec.from_dict({"name": "r2r", "threshold": 0.4}).params == {"threshold": 0.4}
     with pytest.raises(UserError, match="runtime"):
         RuntimeConfig.from_dict({"max_wait": 1})
+    for bad, match in (({"max_wait_ms": -5}, "max_wait_ms must be a number > 0"),
+                       ({"max_batch_size": 0}, "max_batch_size must be an integer >= 1"),
+                       ({"max_step_tokens": "lots"}, "max_step_tokens"), ({"ipc": "udp"}, "runtime.ipc")):
+        with pytest.raises(UserError, match=match):
+            RuntimeConfig.from_dict(bad)
+    assert RuntimeConfig.from_dict({"max_wait_ms": 1e9, "ipc": "tcp"}).max_wait_ms == 1e9
 
 
 def test_latency_profile_forms(tmp_path) -> None:

@@ -123,6 +123,18 @@ class RuntimeConfig:
     host: str = "127.0.0.1"
     startup_timeout_s: float = 120.0
 
+    def __post_init__(self) -> None:
+        for name in ("max_batch_size", "max_step_tokens", "auto_max_concurrency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"runtime.{name} must be an integer >= 1, got {value!r}")
+        for name in ("max_wait_ms", "startup_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise UserError(f"runtime.{name} must be a number > 0, got {value!r}")
+        if self.ipc not in ("ipc", "tcp"):
+            raise UserError(f"runtime.ipc must be 'ipc' or 'tcp', got {self.ipc!r}")
+
     @classmethod
     def from_dict(cls, data: Any) -> RuntimeConfig:
         return _build(cls, {k: _plain(v) for k, v in (dict(data.items()) if data else {}).items()}, "runtime")
