@@ -67,6 +67,27 @@ def test_route_prob_1_equals_large_models_own_output(fes) -> None:
         assert r.handoffs == 2 * NEW - 1  # the last token finishes on the large model
 
 
+def test_queue_wait_shows_what_delayed_batching_costs() -> None:
+    # N=2, large threshold 2, bernoulli p=0.1 seeded so that request A (seed 0) hands off at output positions
+    # 3, 6, 8, 10 and request B (seed 4) at none below 16: A's first visit to the large model finds no
+    # partner within ~12 small steps of 2 ms, so it waits out max_wait (20 ms); the small model (threshold 1)
+    # never holds a ready request back longer than one of its own steps
+    small = ModelSpec(name="small", engine="sim", sim=SimSpec(latency_ms=2.0, seed=11, vocab_size=500))
+    f = Frontends({"p": ([small, LARGE], AlgorithmSpec("bernoulli", {"route_prob": 0.1}), RT)})
+    try:
+        reqs = [GenerationRequest([5, 6], max_new_tokens=12, seed=0), GenerationRequest([7], 40, seed=4)]
+        results = f.run(f.fe["p"].generate_many(reqs))
+        stats = f.run(f.fe["p"].refresh_stats())["models"]
+    finally:
+        f.close()
+    assert results[0].tokens_per_model["large"] == 4
+    large = stats["large"]
+    request_steps = large["steps"] * large["mean_batch_size"]
+    total_wait_ms = large["mean_queue_wait_ms"] * request_steps
+    assert 19.0 <= total_wait_ms <= request_steps * 22.0  # A's first visit alone waits out the 20 ms
+    assert stats["small"]["mean_queue_wait_ms"] < 2.5
+
+
 def test_mixed_routing_is_identical_across_runs_and_concurrency(fes) -> None:
     fe = fes.fe["p35"]
     together = fes.run(fe.generate_many(_reqs()))

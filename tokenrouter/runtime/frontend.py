@@ -275,7 +275,8 @@ class TokenRouterFrontend:
 
     def stats(self) -> dict[str, Any]:
         """Per model: steps, mean batch size, tokens committed, hand-offs sent, measured routing counts and
-        rates per destination, loop overhead median, current threshold; plus the active count N."""
+        rates per destination, busy time, mean queue wait per request-step (ready -> launched: what delayed
+        batching costs), loop overhead median, current threshold; plus the active count N."""
         n = len(self._flights)
         current = self.thresholds(n)
         models: dict[str, Any] = {}
@@ -292,6 +293,7 @@ class TokenRouterFrontend:
                 "route_counts": dict(zip(self.model_names, routes, strict=True)),
                 "route_rates": {m: (c / total if total else 0.0) for m, c in zip(self.model_names, routes, strict=True)},
                 "busy_s": s.get("step_s", 0.0),
+                "mean_queue_wait_ms": 1e3 * s.get("wait_s", 0.0) / s["batch_total"] if s.get("batch_total") else 0.0,
                 "overhead_us_p50": s.get("overhead_us_p50", 0.0),
                 "threshold": current[i],
             }

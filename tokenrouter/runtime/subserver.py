@@ -84,6 +84,7 @@ class Counters:
         self.committed = 0
         self.handoffs = 0
         self.step_s = 0.0
+        self.wait_s = 0.0  # summed over request-steps: ready here -> its batch launched (delayed batching's cost)
         self.routes = [0] * num_models
         self.seq = 0  # last StatsRequest answered
         self.overhead_us: deque[float] = deque(maxlen=4096)
@@ -95,7 +96,7 @@ class Counters:
             self._overhead_p50 = statistics.median(self.overhead_us)
             self._computed_at = now
         return {"steps": self.steps, "batch_total": self.batch_total, "committed": self.committed,
-                "handoffs": self.handoffs, "routes": self.routes, "step_s": self.step_s,
+                "handoffs": self.handoffs, "routes": self.routes, "step_s": self.step_s, "wait_s": self.wait_s,
                 "overhead_us_p50": self._overhead_p50, "seq": self.seq}
 
 
@@ -200,6 +201,7 @@ class Subserver:
     def run_batch(self, batch: list[Entry]) -> None:
         items = [StepItem(e.req.rid, self.input_ids(e), e.req.sampling, len(e.req.prompt_ids)) for e in batch]
         t0 = time.perf_counter()
+        self.counters.wait_s += sum(t0 - e.since for e in batch)
         try:
             out = self.engine.step(items)
             reqs = [e.req for e in batch]
