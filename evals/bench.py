@@ -8,7 +8,9 @@ A run dir (Hydra's output dir) receives, as the run goes:
   exists, so rerunning a crashed sweep with the same `hydra.sweep.dir` only runs what is missing.
 
 Clients: `arrival=closed_loop` runs `concurrency` clients, each sending its next request when its last one
-finished (the paper's serving setting); `arrival=all_at_once` sends every request at t=0 (its Pareto study).
+finished (the paper's serving setting); `arrival=all_at_once` sends every request at t=0 (its Pareto study);
+`arrival=poisson` is open loop: requests arrive at `request_rate` per second with exponential gaps (seeded),
+whatever is in flight, as online serving sees them.
 A request that fails on its own (`UserError` from the system, or a result with finish_reason "error") is
 recorded and the run goes on; any other exception means the system crashed: no new requests are sent, the
 partial requests.jsonl is kept, and the run ends with one clear error (no summary, so a resume reruns it).
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -35,7 +38,7 @@ log = logging.getLogger(__name__)
 
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
-ARRIVALS = ("closed_loop", "all_at_once")
+ARRIVALS = ("closed_loop", "all_at_once", "poisson")
 
 
 class RunFailed(RuntimeError):
@@ -100,30 +103,54 @@ def failed_result(req: GenerationRequest, exc: BaseException, arrival_s: float) 
                             arrival_s=arrival_s, finish_s=time.perf_counter(), error=f"{type(exc).__name__}: {exc}")
 
 
+def poisson_arrivals(count: int, rate: float, seed: int) -> list[float]:
+    """Seconds after the start at which each request arrives: a seeded Poisson process of `rate` per second."""
+    rng = random.Random(seed)
+    t, times = 0.0, []
+    for _ in range(count):
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times
+
+
 async def drive(system: ServingSystem, requests: list[GenerationRequest], clients: int,
-                on_result: Callable[[GenerationResult], None]) -> tuple[list[GenerationResult], float, str | None]:
-    """Run `clients` closed-loop clients over the requests. Returns (results, elapsed seconds, crash or None)."""
-    pending = iter(requests)
+                on_result: Callable[[GenerationResult], None],
+                arrivals: list[float] | None = None) -> tuple[list[GenerationResult], float, str | None]:
+    """Run `clients` closed-loop clients over the requests, or (with `arrivals`, seconds from the start per
+    request) send each at its time. Returns (results, elapsed seconds, crash or None)."""
     results: list[GenerationResult] = []
     crash: list[str] = []
+
+    async def send(req: GenerationRequest) -> None:
+        sent = time.perf_counter()
+        try:
+            result = await system.generate(req)
+        except UserError as exc:  # this request was rejected or failed; the system is fine
+            result = failed_result(req, exc, sent)
+        except Exception as exc:  # noqa: BLE001 - anything else: the system is gone
+            crash.append(f"{type(exc).__name__}: {exc}")
+            result = failed_result(req, exc, sent)
+        results.append(result)
+        on_result(result)
+
+    pending = iter(requests)
 
     async def client() -> None:
         for req in pending:
             if crash:
                 return
-            sent = time.perf_counter()
-            try:
-                result = await system.generate(req)
-            except UserError as exc:  # this request was rejected or failed; the system is fine
-                result = failed_result(req, exc, sent)
-            except Exception as exc:  # noqa: BLE001 - anything else: the system is gone
-                crash.append(f"{type(exc).__name__}: {exc}")
-                result = failed_result(req, exc, sent)
-            results.append(result)
-            on_result(result)
+            await send(req)
+
+    async def timed(req: GenerationRequest, at: float) -> None:
+        await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
+        if not crash:
+            await send(req)
 
     start = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(max(1, clients))))
+    if arrivals is None:
+        await asyncio.gather(*(client() for _ in range(max(1, clients))))
+    else:
+        await asyncio.gather(*(timed(req, at) for req, at in zip(requests, arrivals, strict=True)))
     return results, time.perf_counter() - start, (crash[0] if crash else None)
 
 
@@ -152,10 +179,12 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     if arrival not in ARRIVALS:
         raise UserError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
     concurrency = positive_int(cfg.get("concurrency", 1), "concurrency")
+    rate = request_rate(cfg) if arrival == "poisson" else None
     specs = {m.name: m for m in model_specs(cfg.models)}
     system = build_system(cfg)
     workload_name, prep = prepare(cfg, specs[system.model_names[0]])
-    clients = len(prep.requests) if arrival == "all_at_once" else concurrency
+    clients = concurrency if arrival == "closed_loop" else len(prep.requests)
+    arrivals = poisson_arrivals(len(prep.requests), rate, int(cfg.get("seed", 0))) if rate else None
     calibrate = getattr(system, "calibrate", None)
     if calibrate is not None:
         calibrate(prep.requests, prep.texts)
@@ -176,7 +205,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
                 raise
             except Exception as exc:  # noqa: BLE001 - a system that cannot start is a failed run, not a bug here
                 raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
-            results, elapsed, crash = await drive(system, prep.requests, clients, on_result)
+            results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
             stats = system.stats()
             extra = getattr(system, "summary_extra", lambda: {})()
         finally:
@@ -202,16 +231,26 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     return summary
 
 
+def request_rate(cfg: Any) -> float:
+    rate = cfg.get("request_rate")
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+        raise UserError(f"arrival=poisson needs request_rate (requests per second) > 0, got {rate!r}")
+    return float(rate)
+
+
 def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> dict[str, Any]:
-    """What identifies the run in a results table."""
+    """What identifies the run in a results table (open-loop runs: concurrency = the number of requests,
+    the most that can be in flight; their thresholds follow the live count)."""
     thresholds_at = getattr(system, "thresholds", None)
+    arrival = cfg.get("arrival", "closed_loop")
     return {
         "experiment": cfg.get("experiment_name"),
         "system": cfg.system.name,
         "model_set": cfg.models.get("name"),
         "algorithm": plain(cfg.algorithm),
         "workload": workload,
-        "arrival": cfg.get("arrival", "closed_loop"),
+        "arrival": arrival,
+        "request_rate": request_rate(cfg) if arrival == "poisson" else None,
         "concurrency": clients,
         "seed": int(cfg.get("seed", 0)),
         "delayed_batching": bool(cfg.runtime.get("delayed_batching", True)),

@@ -58,6 +58,8 @@ def summarize(
         "output_tokens": output_tokens,
         "prompt_tokens": sum(len(r.prompt_ids) for r in results),
         "throughput_tok_s": output_tokens / elapsed_s if elapsed_s > 0 else None,
+        # time-averaged requests in flight (Little's law): N for a busy closed loop, load for open-loop arrivals
+        "mean_in_flight": sum(r.latency_s for r in results) / elapsed_s if elapsed_s > 0 else None,
         "per_request_throughput_tok_s": _stat(per_request, np.mean),
         "mean_output_tokens": output_tokens / len(results) if results else None,
         "mean_latency_s": _stat(latencies, np.mean),

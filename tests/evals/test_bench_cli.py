@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from evals.bench import poisson_arrivals
 from tokenrouter.cli import main
 
 SIM = ["models=sim-r2r", "system=lockstep", "workload.num_requests=6", "workload.output_tokens=12"]
@@ -80,6 +81,21 @@ def test_conf_dir_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("TOKENROUTER_CONF", str(tmp_path))
     assert main(["bench"]) == 2
     assert "TOKENROUTER_CONF" in capsys.readouterr().err
+
+
+def test_poisson_arrivals_are_open_loop_and_seeded(tmp_path: Path) -> None:
+    assert main(["bench", *SIM, "arrival=poisson", "request_rate=40",
+                 f"hydra.run.dir={tmp_path}"]) == 0
+    rows = sorted(read_rows(tmp_path), key=lambda r: r["index"])
+    gaps = [b["arrival_s"] - a["arrival_s"] for a, b in zip(rows, rows[1:], strict=False)]
+    expected = poisson_arrivals(len(rows), 40.0, seed=0)
+    want = [b - a for a, b in zip(expected, expected[1:], strict=False)]
+    assert gaps == pytest.approx(want, abs=0.01)  # sent on the seeded schedule, not when others finish
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["arrival"] == "poisson" and summary["request_rate"] == 40.0
+    assert summary["steady_throughput_tok_s"] is None and summary["predicted_throughput_tok_s"] is None
+    assert 0 < summary["mean_in_flight"] <= summary["num_requests"]
+    assert main(["bench", *SIM, "arrival=poisson", f"hydra.run.dir={tmp_path / 'bad'}"]) == 2  # no rate
 
 
 def test_all_at_once_and_grading_free_workload(tmp_path: Path) -> None:

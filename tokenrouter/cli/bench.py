@@ -29,7 +29,8 @@ examples:
   tokenrouter bench -m +experiment=concurrency_sweep hydra/launcher=joblib hydra.launcher.n_jobs=2
 
 Config groups: models, algorithm, system, workload, experiment (see the list below). Top-level keys:
-concurrency (closed-loop clients), arrival (closed_loop | all_at_once), seed, runtime.* (thresholds,
+concurrency (closed-loop clients), arrival (closed_loop | all_at_once | poisson with request_rate=R per
+second), seed, runtime.* (thresholds,
 delayed_batching, ...), optional +sampling.temperature=... (greedy by default).
 
 Sweeps: a sweep skips every run whose summary.json already exists, so rerunning the same command after a
