@@ -255,7 +255,7 @@ def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> di
         "seed": int(cfg.get("seed", 0)),
         "delayed_batching": bool(cfg.runtime.get("delayed_batching", True)),
         "thresholds_spec": plain(cfg.runtime.get("thresholds")),
-        "thresholds": list(thresholds_at(clients)) if callable(thresholds_at) else None,
+        "thresholds": list(thresholds_at(clients)) if callable(thresholds_at) and arrival != "poisson" else None,
     }
 
 

@@ -92,7 +92,7 @@ def test_poisson_arrivals_are_open_loop_and_seeded(tmp_path: Path) -> None:
     want = [b - a for a, b in zip(expected, expected[1:], strict=False)]
     assert gaps == pytest.approx(want, abs=0.01)  # sent on the seeded schedule, not when others finish
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["arrival"] == "poisson" and summary["request_rate"] == 40.0
+    assert summary["arrival"] == "poisson" and summary["request_rate"] == 40.0 and summary["thresholds"] is None
     assert summary["steady_throughput_tok_s"] is None and summary["predicted_throughput_tok_s"] is None
     assert 0 < summary["mean_in_flight"] <= summary["num_requests"]
     assert main(["bench", *SIM, "arrival=poisson", f"hydra.run.dir={tmp_path / 'bad'}"]) == 2  # no rate
