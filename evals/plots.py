@@ -171,6 +171,36 @@ def concurrency_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     return [out / "concurrency.csv", *_save(fig, out, "concurrency")]
 
 
+def load_plot(df: pd.DataFrame, out: Path) -> list[Path]:
+    """Open-loop load curves: mean / p99 latency, TTFT and achieved throughput against the offered request rate
+    (arrival=poisson), one line per series."""
+    runs = has(select(df, "rate_sweep"), "request_rate", "mean_latency_s", THROUGHPUT, "system").copy()
+    if runs.empty:
+        return []
+    runs["series"] = runs.apply(series_label, axis=1)
+    runs = runs[runs.groupby("series")["request_rate"].transform("nunique") >= 2]
+    if runs.empty:
+        return []
+    columns = [c for c in (THROUGHPUT, "mean_latency_s", "p99_latency_s", "mean_ttft_s") if c in runs]
+    table = runs.groupby(["series", "request_rate"], as_index=False)[columns].mean()
+    table = table.sort_values(["series", "request_rate"])
+    with sns.axes_style("whitegrid"):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        palette = dict(zip(table["series"].unique(), sns.color_palette("tab10"), strict=False))
+        for name, g in table.groupby("series"):
+            axes[0].plot(g["request_rate"], g["mean_latency_s"], "o-", color=palette[name], label=f"{name} mean")
+            if "p99_latency_s" in g:
+                axes[0].plot(g["request_rate"], g["p99_latency_s"], "s--", color=palette[name], label=f"{name} p99")
+            axes[1].plot(g["request_rate"], g[THROUGHPUT], "o-", color=palette[name], label=name)
+        axes[0].set_ylabel("request latency (s)")
+        axes[1].set_ylabel("throughput (tok/s)")
+        for ax in axes:
+            ax.set_xlabel("offered load (requests/s, Poisson)")
+            ax.legend(fontsize=8)
+    table.to_csv(out / "load.csv", index=False)
+    return [out / "load.csv", *_save(fig, out, "load")]
+
+
 def query_level_plot(metrics: pd.DataFrame, curves: pd.DataFrame, out: Path) -> list[Path]:
     """Accuracy vs strong-model share for query-level and token-level routing on the same axes, with the
     weak-only / strong-only accuracies and the random-mix line between them."""

@@ -38,6 +38,7 @@ def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
         plots.threshold_validation_plot,
         ablation,
         plots.concurrency_plot,
+        plots.load_plot,
         query_level,
     ]
     for report in reports:

@@ -164,6 +164,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 experiment="concurrency_sweep",
                 summary=thr(50 * scale * n**0.8, per_request_throughput_tok_s=50 * scale * n**-0.2),
             )
+    load = root / "load"
+    for rate in (1.0, 2.0, 4.0):
+        for system, slow in (("tokenrouter", 1.0), ("lockstep", 2.0)):
+            make_run(load, f"{system}{rate}", system=system, arrival="poisson", request_rate=rate,
+                     experiment="rate_sweep",
+                     summary=thr(100 * rate, request_rate=rate, mean_latency_s=slow * rate, p99_latency_s=3 * rate))
     return root
 
 
@@ -203,6 +209,9 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
         "threshold_validation.pdf",
         "threshold_validation.csv",
         "ablation.md",
+        "load.csv",
+        "load.png",
+        "load.pdf",
         "concurrency.png",
         "concurrency.csv",
         "query_level.md",
@@ -240,6 +249,10 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
     assert tr16["throughput_scale"] == pytest.approx(16**0.8) and tr16["per_request_kept"] == pytest.approx(
         16**-0.2
     )
+
+    load = pd.read_csv(out / "load.csv").set_index(["series", "request_rate"])
+    assert len(load) == 6 and load.loc[("lockstep (r2r)", 4.0), "mean_latency_s"] == 8.0
+    assert load.loc[("tokenrouter (r2r)", 2.0), "throughput_tok_s"] == 200.0
 
     ql = pd.read_csv(out / "query_level.csv").set_index("method")
     assert ql.loc["query-level routing", "APGR"] == pytest.approx(0.5)  # points on the random-mix line
