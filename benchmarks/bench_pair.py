@@ -14,9 +14,9 @@ from omegaconf import OmegaConf
 
 from evals.grading import is_correct
 from evals.workloads import encode_problem, load_workload
-from tokenrouter.cli.profile import measure
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.continuous import Job, run_batch
+from tokenrouter.engine.profiling import measure
 from tokenrouter.engine.torch_engine import TorchEngine
 from tokenrouter.models.pair import MEMBERS, committed_dir
 

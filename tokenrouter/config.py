@@ -14,6 +14,7 @@ from typing import Any
 from tokenrouter.errors import UserError
 
 ENGINES = ("torch", "sim", "sglang")
+AUTO_PROFILE = "auto"  # ModelSpec.latency_profile: measure the step latencies when the subserver starts
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
 
@@ -65,7 +66,8 @@ class ModelSpec:
     mem_fraction: float | None = None
     page_size: int = 16
     prefix_cache_tokens: int = 0  # keep released requests' KV for prefix reuse, up to this many tokens (0: off)
-    latency_profile: str | None = None  # `tokenrouter profile` JSON: step latencies for thresholds=auto
+    # step latencies for thresholds=auto: a `tokenrouter profile` JSON, or "auto" (measured at start-up, cached)
+    latency_profile: str | None = None
     sim: SimSpec = field(default_factory=SimSpec)
 
     def __post_init__(self) -> None:

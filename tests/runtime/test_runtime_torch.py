@@ -6,13 +6,19 @@ One front end serves all three through a per-request-probability Bernoulli (test
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.engine import profiling
+from tokenrouter.engine.profiling import profile_at_startup
 from tokenrouter.engine.torch_engine import TorchEngine
+from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest
+from tokenrouter.runtime.auto import auto_table
+from tokenrouter.runtime.thresholds import make_feasible
 
 from .conftest import Frontends, greedy_reference
 
@@ -20,6 +26,8 @@ SMALL = ModelSpec(name="small", source="tiny-random:small", kv_tokens=4096)
 LARGE = ModelSpec(name="large", source="tiny-random:large", kv_tokens=4096)
 PROMPTS = [[5, 17, 33, 40], [2, 9, 40, 41, 7, 3, 88, 12, 13], [60, 61, 62], [44, 8, 19, 90, 1, 30]]
 NEW = 12
+PROFILED = [replace(SMALL, latency_profile="auto"), replace(LARGE, latency_profile="auto")]
+BERNOULLI = AlgorithmSpec("bernoulli", {"route_prob": 0.35})
 NEVER, ALWAYS, MIXED = 0, 1, 2  # seed % 3 -> route probability 0, 1, 0.35 (user_algorithms/seeded.py)
 
 
@@ -34,8 +42,11 @@ def fes():
     here = str(Path(__file__).parent)
     sys.path.insert(0, here)  # subservers inherit sys.path, so they import the test algorithm too
     try:
-        f = Frontends({"seeded": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.seeded"),
-                                  RuntimeConfig(thresholds=[1, 2], max_wait_ms=10.0))})
+        f = Frontends({
+            "seeded": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.seeded"),
+                       RuntimeConfig(thresholds=[1, 2], max_wait_ms=10.0)),
+            "profiled": (PROFILED, BERNOULLI, RuntimeConfig(thresholds="auto", auto_max_concurrency=8)),
+        })
     finally:
         sys.path.remove(here)
     yield f
@@ -70,3 +81,28 @@ def test_mixed_routing_identical_across_runs_and_concurrency(fes, references) ->
     one_by_one = [fes.run(fe.generate(r)).output_ids for r in _reqs(MIXED)]
     assert together == crowded == one_by_one
     assert together != references["small"] and together != references["large"]
+
+
+def test_latency_profile_auto_measures_at_startup_and_sets_the_thresholds(fes) -> None:
+    fe = fes.fe["profiled"]
+    profiles = fe.stats()["latency_profiles"]
+    assert set(profiles) == {"small", "large"}
+    for p in profiles.values():
+        assert list(p["decode_ms"]) == ["1", "2", "4", "8"] and all(ms > 0 for ms in p["decode_ms"].values())
+    expected = auto_table(PROFILED, BERNOULLI, 8, [profiles["small"], profiles["large"]])
+    assert expected is not None  # the throughput model ran on the measured latencies
+    assert [fe.thresholds(n) for n in range(1, 9)] == [make_feasible(expected[n], n) for n in range(1, 9)]
+    results = fes.run(fe.generate_many(_reqs(MIXED)))
+    assert all(len(r.output_ids) == NEW for r in results)
+
+
+def test_startup_profile_is_cached(tmp_path, monkeypatch) -> None:
+    engine = TorchEngine.from_spec(SMALL)
+    fields = PROFILED[0].to_dict()
+    first = profile_at_startup(engine, fields, 2, tmp_path)
+    monkeypatch.setattr(profiling, "measure", lambda *a, **k: pytest.fail("measured again despite the cache"))
+    assert profile_at_startup(engine, fields, 2, tmp_path) == first and len(list(tmp_path.glob("*.json"))) == 1
+    assert engine.tokens_used() == 0  # profiling leaves the KV pool empty
+    tiny = TorchEngine.from_spec(replace(SMALL, kv_tokens=64))
+    with pytest.raises(UserError, match="latency_profile auto needs"):
+        profile_at_startup(tiny, {**fields, "kv_tokens": 64}, 2, tmp_path)

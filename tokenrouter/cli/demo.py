@@ -167,7 +167,7 @@ def router_figures(path: Path) -> dict[str, Any]:
 
 def step_latencies(specs: list[Any]) -> dict[str, dict[str, float]]:
     """Decode-step milliseconds of each model at batch 1 and 8 (`tokenrouter profile`'s measurement)."""
-    from tokenrouter.cli.profile import measure
+    from tokenrouter.engine.profiling import measure
     from tokenrouter.engine.torch_engine import TorchEngine
 
     out = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tokenrouter.errors import UserError
 
@@ -56,10 +57,18 @@ class LatencyProfile:
             raise UserError(f"latency profile not found: {p}")
         try:
             data = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"latency profile {p}: not a `tokenrouter profile` JSON ({exc})") from None
+        return cls.from_dict(data, f"latency profile {p}")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> LatencyProfile:
+        """From the `tokenrouter profile` JSON object; `where` names it in errors."""
+        try:
             table = tuple(sorted((int(b), float(ms)) for b, ms in data["decode_ms"].items()))
             per_token = float(data.get("extend_ms_per_token", 0.0))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise UserError(f"latency profile {p}: not a `tokenrouter profile` JSON ({exc})") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise UserError(f"{where}: not a `tokenrouter profile` JSON ({exc})") from None
         if not table or any(b <= 0 or ms < 0 for b, ms in table):
-            raise UserError(f"latency profile {p}: `decode_ms` needs positive batch sizes and latencies")
+            raise UserError(f"{where}: `decode_ms` needs positive batch sizes and latencies")
         return cls(per_token_ms=per_token, table=table)

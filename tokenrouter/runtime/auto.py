@@ -2,7 +2,8 @@
 
 Why here and not in the scheduler: the front end owns N and sends every subserver its threshold, so the
 (possibly slow, disk-cached) search runs once, in one process, off the event loop. The model needs step
-latencies and routing rates. Latencies: a model's `latency_profile` (a `tokenrouter profile` JSON, any engine),
+latencies and routing rates. Latencies: a model's `latency_profile` (a `tokenrouter profile` JSON, any engine,
+or `auto`: measured by its subserver at start-up, so the table is computed once every subserver is ready),
 else a sim engine's SimSpec. Rates: the entry model's algorithm's `rates()` (its fixed params or, for learned
 routers, the held-out route rate saved with the router file), else the algorithm's config params
 (perfmodel's presets). When either is unknown the documented default is all ones: plain continuous
@@ -15,7 +16,7 @@ import logging
 from typing import Any
 
 from tokenrouter.api import build_algorithm
-from tokenrouter.config import AlgorithmSpec, ModelSpec
+from tokenrouter.config import AUTO_PROFILE, AlgorithmSpec, ModelSpec
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.engine.sim import sim_latency
 from tokenrouter.errors import UserError
@@ -23,12 +24,20 @@ from tokenrouter.errors import UserError
 log = logging.getLogger(__name__)
 
 
-def model_latency(model: ModelSpec) -> LatencyProfile | None:
+def model_latency(model: ModelSpec, measured: dict[str, Any] | None = None) -> LatencyProfile | None:
     """The model's step-latency profile, or None when unknown (a non-sim engine without `latency_profile`).
-    A `latency_profile` that is missing or malformed is a UserError, not a silent fallback."""
+    `latency_profile: auto` takes `measured` (what its subserver profiled at start-up). A `latency_profile`
+    file that is missing or malformed is a UserError, not a silent fallback."""
+    if model.latency_profile == AUTO_PROFILE:
+        return LatencyProfile.from_dict(measured, f"model {model.name!r} start-up profile") if measured else None
     if model.latency_profile:
         return LatencyProfile.from_json(model.latency_profile)
     return sim_latency(model.sim) if model.engine == "sim" else None
+
+
+def needs_startup_profile(models: list[ModelSpec]) -> bool:
+    """Whether B*(N) must wait for the subservers' start-up profiles."""
+    return any(m.latency_profile == AUTO_PROFILE for m in models)
 
 
 def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec) -> tuple[str, dict[str, Any]]:
@@ -44,11 +53,14 @@ def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec) -> tuple[st
     return str(rates.get("preset") or algorithm.name), {**algorithm.params, **known}
 
 
-def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int) -> dict[int, list[int]] | None:
-    """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason."""
+def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+               measured: list[dict[str, Any] | None] | None = None) -> dict[int, list[int]] | None:
+    """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason. `measured`: per model,
+    the profile its subserver measured (`latency_profile: auto`), else None."""
     if len(models) < 2:
         return None  # one model: nothing to wait for
-    latencies = [model_latency(m) for m in models]
+    measured = measured or [None] * len(models)
+    latencies = [model_latency(m, p) for m, p in zip(models, measured, strict=True)]
     unknown = [m.name for m, lat in zip(models, latencies, strict=True) if lat is None]
     if unknown:
         log.warning("thresholds=auto: no step latencies for model(s) %s; set `latency_profile` to a "

@@ -31,7 +31,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import auto_table
+from tokenrouter.runtime.auto import auto_table, needs_startup_profile
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
@@ -111,6 +111,7 @@ class TokenRouterFrontend:
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
         self._procs: list[subprocess.Popen] = []
         self._ready: list[Ready | None] = [None] * len(self.models)
+        self.latency_profiles: dict[str, dict[str, Any]] = {}  # model -> start-up profile (latency_profile: auto)
         self._fatal: dict[int, str] = {}
         self._flights: dict[str, _Flight] = {}
         self._rids = itertools.count()
@@ -161,9 +162,9 @@ class TokenRouterFrontend:
         self._started = True
         loop = asyncio.get_running_loop()
         rt = self.runtime
-        if rt.thresholds == "auto" and rt.delayed_batching:  # search (or read the disk cache) off the loop
-            rows = await asyncio.to_thread(auto_table, self.models, self.algorithm, rt.auto_max_concurrency)
-            self.thresholds = ThresholdTable("auto", len(self.models), True, rows)
+        auto = rt.thresholds == "auto" and rt.delayed_batching
+        if auto and not needs_startup_profile(self.models):  # search (or read the disk cache) off the loop
+            await self._auto_thresholds()
         if rt.ipc == "ipc":
             self._dir = private_dir()
             where = str(self._dir)
@@ -192,10 +193,22 @@ class TokenRouterFrontend:
             await self.close()
             raise
         ready = [r for r in self._ready if r is not None]
+        if auto and needs_startup_profile(self.models):  # latencies measured by the subservers just now
+            self.latency_profiles = {m.name: r.profile for m, r in zip(self.models, ready, strict=True) if r.profile}
+            try:
+                await self._auto_thresholds([r.profile for r in ready])
+            except BaseException:
+                await self.close()
+                raise
         self._outboxes = [connect_outbox(self._ctx, r.endpoint) for r in ready]
         self._send_all([Peers([r.endpoint for r in ready])])
         self._vocab = min(r.vocab_size for r in ready)
         self._eos = list(ready[0].eos_ids)
+
+    async def _auto_thresholds(self, measured: list[dict[str, Any] | None] | None = None) -> None:
+        rows = await asyncio.to_thread(auto_table, self.models, self.algorithm, self.runtime.auto_max_concurrency,
+                                       measured)
+        self.thresholds = ThresholdTable("auto", len(self.models), True, rows)
 
     async def close(self) -> None:
         """Shut every subserver down and remove the socket directory. Idempotent."""
@@ -297,8 +310,10 @@ class TokenRouterFrontend:
                 "overhead_us_p50": s.get("overhead_us_p50", 0.0),
                 "threshold": current[i],
             }
-        return {"models": models, "active_requests": n, "thresholds": current,
-                "thresholds_spec": self.thresholds.spec}
+        out = {"models": models, "active_requests": n, "thresholds": current, "thresholds_spec": self.thresholds.spec}
+        if self.latency_profiles:  # what thresholds=auto was computed from
+            out["latency_profiles"] = self.latency_profiles
+        return out
 
     async def refresh_stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """stats() after every subserver has reported its current counters (stats() alone may lag by a

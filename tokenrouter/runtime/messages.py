@@ -164,7 +164,8 @@ class PeerMessage:
 
 @dataclass
 class Ready:
-    """A subserver built its engine and bound its inbox."""
+    """A subserver built its engine and bound its inbox; `profile` is its measured step-latency profile (the
+    `tokenrouter profile` JSON) when its model asked for `latency_profile: auto`."""
 
     TAG = 7
     model: int
@@ -172,13 +173,14 @@ class Ready:
     endpoint: str
     eos_ids: list[int]
     vocab_size: int
+    profile: dict[str, Any] | None = None
 
     def to_wire(self) -> list[Any]:
-        return [self.TAG, self.model, self.pid, self.endpoint, self.eos_ids, self.vocab_size]
+        return [self.TAG, self.model, self.pid, self.endpoint, self.eos_ids, self.vocab_size, self.profile]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> Ready:
-        return cls(w[1], w[2], w[3], list(w[4]), w[5])
+        return cls(w[1], w[2], w[3], list(w[4]), w[5], w[6] if len(w) > 6 else None)
 
 
 @dataclass

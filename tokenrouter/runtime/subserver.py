@@ -25,7 +25,7 @@ import msgpack
 import zmq
 
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
-from tokenrouter.config import ModelSpec, RuntimeConfig
+from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.errors import UserError
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox
@@ -322,6 +322,16 @@ def _row(values: Any, row: int, wanted: int) -> list[float] | None:
     return values[row].float().tolist() if wanted and values is not None else None
 
 
+def _startup_profile(spec: ModelSpec, engine: Engine, rt: RuntimeConfig) -> dict[str, Any] | None:
+    """`latency_profile: auto`: this engine's step latencies for `thresholds=auto` (measured once, cached)."""
+    if spec.latency_profile != AUTO_PROFILE or rt.thresholds != "auto" or not rt.delayed_batching:
+        return None
+    from tokenrouter.engine.profiling import profile_at_startup
+    from tokenrouter.models import cache_dir
+
+    return profile_at_startup(engine, spec.to_dict(), rt.auto_max_concurrency, cache_dir() / "profiles")
+
+
 def _die_with_parent() -> None:
     """Linux: get SIGTERM if the front end process dies, even by SIGKILL (no orphan subservers)."""
     try:
@@ -356,8 +366,9 @@ def main(blob: bytes) -> None:
         names = [m["name"] for m in cfg.models]
         algo = build_algorithm(cfg.algorithm, cfg.index, names, cfg.algorithm_params)
         algo.bind(engine)
+        profile = _startup_profile(spec, engine, RuntimeConfig.from_dict(cfg.runtime))
         inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}")
-        ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size)
+        ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
         to_frontend.send(encode([ready]))
         Subserver(cfg, engine, algo, ctx, inbox, to_frontend).run()
     except SystemExit:
