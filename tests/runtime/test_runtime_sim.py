@@ -4,6 +4,9 @@ and the single-model path works. Sim tokens are a function of (seed, prefix), li
 from __future__ import annotations
 
 import asyncio
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -208,3 +211,36 @@ def test_request_too_big_for_a_peer_fails_at_hand_off_and_is_released_everywhere
         fes.run(fe.generate(GenerationRequest([1, 2, 3], max_new_tokens=400)))
     assert fe.stats()["active_requests"] == 0
     assert fes.run(fe.generate(_reqs()[0])).output_ids == _reference(LARGE)[0]
+
+
+def test_auto_thresholds_retune_from_measured_routing_rates(monkeypatch) -> None:
+    # the rate is unknown up front (all ones, said in stats); after the entry model's first 100 decisions the
+    # front end recomputes B*(N) at the measured rate and adopts it
+    from tokenrouter.engine.sim import sim_latency
+    from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
+    from tokenrouter.runtime import frontend
+    from tokenrouter.runtime.thresholds import make_feasible
+
+    monkeypatch.setattr(frontend, "RETUNE_AT", (100,))
+    monkeypatch.setattr(frontend, "RETUNE_POLL_S", 0.05)
+    here = str(Path(__file__).parent)
+    sys.path.insert(0, here)
+    try:
+        f = Frontends({"m": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}), AUTO)})
+    finally:
+        sys.path.remove(here)
+    try:
+        fe = f.fe["m"]
+        assert fe.stats()["thresholds_source"].startswith("all ones") and fe.thresholds(4) == [1, 1]
+        f.run(fe.generate_many(_reqs(60)))
+        f.run(asyncio.sleep(1.0))
+        source = fe.stats()["thresholds_source"]
+        table = [fe.thresholds(n) for n in range(1, 7)]
+    finally:
+        f.close()
+    assert "measured over" in source, source
+    p = float(re.search(r"'route_prob': ([0-9.]+)", source).group(1))
+    assert 0.2 < p < 0.5
+    route, commit = preset_for_algorithm("bernoulli", {"route_prob": p})
+    expected = auto_thresholds(route, commit, [sim_latency(SMALL.sim), sim_latency(LARGE.sim)], 6)
+    assert table == [make_feasible(expected[n], n) for n in range(1, 7)]

@@ -40,42 +40,60 @@ def needs_startup_profile(models: list[ModelSpec]) -> bool:
     return any(m.latency_profile == AUTO_PROFILE for m in models)
 
 
-def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec) -> tuple[str, dict[str, Any]]:
-    """(preset name, preset params): the entry model's `rates()` over the config params. Building the
-    algorithm is cheap (learned routers read only their JSON sidecar here; weights load in `bind()`)."""
+def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec,
+                  routes: list[list[int]] | None = None) -> tuple[str, dict[str, Any]]:
+    """(preset name, preset params): the entry model's `rates(routes)` (measured when `routes` holds enough
+    decisions) over the config params. Building the algorithm is cheap (learned routers read only their
+    JSON sidecar here; weights load in `bind()`). Measured rates are rounded to 0.01: the table is
+    insensitive to less, and the disk cache then serves nearby measurements."""
     names = [m.name for m in models]
     try:
-        rates = build_algorithm(algorithm.name, 0, names, dict(algorithm.params)).rates()
+        rates = build_algorithm(algorithm.name, 0, names, dict(algorithm.params)).rates(routes)
     except UserError as exc:
         log.warning("thresholds=auto: %s; using the algorithm's config params for its routing rates", exc)
         rates = {}
-    known = {k: v for k, v in rates.items() if k != "preset" and v is not None}
+    known = {k: (round(v, 2) if routes and isinstance(v, float) else v)
+             for k, v in rates.items() if k != "preset" and v is not None}
     return str(rates.get("preset") or algorithm.name), {**algorithm.params, **known}
 
 
-def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
-               measured: list[dict[str, Any] | None] | None = None) -> dict[int, list[int]] | None:
-    """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason. `measured`: per model,
-    the profile its subserver measured (`latency_profile: auto`), else None."""
+def latencies_known(models: list[ModelSpec], measured: list[dict[str, Any] | None] | None = None) -> bool:
+    measured = measured or [None] * len(models)
+    return all(model_latency(m, p) is not None for m, p in zip(models, measured, strict=True))
+
+
+def plan_thresholds(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+                    measured: list[dict[str, Any] | None] | None = None,
+                    routes: list[list[int]] | None = None) -> tuple[dict[int, list[int]] | None, str]:
+    """(B*(N) for N = 1..max_n, or None, and where it came from or why there is none). `measured`: per
+    model, the profile its subserver measured (`latency_profile: auto`); `routes`: decisions counted so far
+    (`routes[i][j]`: model i sent a request to model j)."""
     if len(models) < 2:
-        return None  # one model: nothing to wait for
+        return None, "one model: nothing to wait for"
     measured = measured or [None] * len(models)
     latencies = [model_latency(m, p) for m, p in zip(models, measured, strict=True)]
     unknown = [m.name for m, lat in zip(models, latencies, strict=True) if lat is None]
     if unknown:
-        log.warning("thresholds=auto: no step latencies for model(s) %s; set `latency_profile` to a "
-                    "`tokenrouter profile` JSON; using thresholds of 1", unknown)
-        return None
+        return None, (f"no step latencies for model(s) {unknown}; set `latency_profile` to a `tokenrouter "
+                      "profile` JSON or to auto")
     from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
 
-    preset, params = routing_rates(models, algorithm)
+    preset, params = routing_rates(models, algorithm, routes)
     try:
         route, commit = preset_for_algorithm(preset, params)
     except UserError as exc:
-        log.warning("thresholds=auto: %s; using thresholds of 1", exc)
-        return None
+        return None, f"{exc} (measured once the runtime has counted decisions)"
     if len(route) != len(models):
-        log.warning("thresholds=auto: the %r preset describes %d models, not %d; using thresholds of 1",
-                    preset, len(route), len(models))
-        return None
-    return auto_thresholds(route, commit, [lat for lat in latencies if lat is not None], max_n)
+        return None, f"the {preset!r} preset describes {len(route)} models, not {len(models)}"
+    rates = {k: v for k, v in params.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    table = auto_thresholds(route, commit, [lat for lat in latencies if lat is not None], max_n)
+    return table, f"throughput model, {preset} {rates}"
+
+
+def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+               measured: list[dict[str, Any] | None] | None = None) -> dict[int, list[int]] | None:
+    """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason."""
+    table, why = plan_thresholds(models, algorithm, max_n, measured)
+    if table is None and len(models) > 1:
+        log.warning("thresholds=auto: %s; using thresholds of 1", why)
+    return table

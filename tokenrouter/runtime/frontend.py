@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import contextlib
 import itertools
+import logging
 import os
 import signal
 import subprocess
@@ -31,7 +32,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import auto_table, needs_startup_profile
+from tokenrouter.runtime.auto import latencies_known, needs_startup_profile, plan_thresholds
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
@@ -55,6 +56,10 @@ from tokenrouter.runtime.thresholds import ThresholdTable
 DEATH_GRACE_S = 0.2  # after noticing a dead subserver, wait this long for its Fatal frame (the reason)
 SUPERVISE_PERIOD_S = 0.1
 SHUTDOWN_WAIT_S = 5.0
+RETUNE_AT = (200, 1_000, 5_000)  # thresholds=auto: entry-model decisions after which measured rates are used
+RETUNE_POLL_S = 0.5
+
+log = logging.getLogger(__name__)
 
 
 class RuntimeFailure(RuntimeError):
@@ -106,9 +111,8 @@ class TokenRouterFrontend:
         self.algorithm = algorithm
         self.runtime = runtime or RuntimeConfig()
         self.seed = seed
-        if self.runtime.ipc not in ("ipc", "tcp"):
-            raise UserError(f"runtime.ipc must be 'ipc' or 'tcp', got {self.runtime.ipc!r}")
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
+        self.thresholds_source = "fixed" if self.runtime.delayed_batching else "delayed batching off: all ones"
         self._procs: list[subprocess.Popen] = []
         self._ready: list[Ready | None] = [None] * len(self.models)
         self.latency_profiles: dict[str, dict[str, Any]] = {}  # model -> start-up profile (latency_profile: auto)
@@ -164,7 +168,7 @@ class TokenRouterFrontend:
         rt = self.runtime
         auto = rt.thresholds == "auto" and rt.delayed_batching
         if auto and not needs_startup_profile(self.models):  # search (or read the disk cache) off the loop
-            await self._auto_thresholds()
+            await self._auto_thresholds(None)
         if rt.ipc == "ipc":
             self._dir = private_dir()
             where = str(self._dir)
@@ -200,15 +204,46 @@ class TokenRouterFrontend:
             except BaseException:
                 await self.close()
                 raise
+        if auto and latencies_known(self.models, [r.profile for r in ready]):
+            self._tasks.append(asyncio.create_task(self._retune([r.profile for r in ready])))
         self._outboxes = [connect_outbox(self._ctx, r.endpoint) for r in ready]
         self._send_all([Peers([r.endpoint for r in ready])])
         self._vocab = min(r.vocab_size for r in ready)
         self._eos = list(ready[0].eos_ids)
 
-    async def _auto_thresholds(self, measured: list[dict[str, Any] | None] | None = None) -> None:
-        rows = await asyncio.to_thread(auto_table, self.models, self.algorithm, self.runtime.auto_max_concurrency,
-                                       measured)
+    async def _auto_thresholds(self, measured: list[dict[str, Any] | None] | None) -> None:
+        rows, why = await asyncio.to_thread(plan_thresholds, self.models, self.algorithm,
+                                            self.runtime.auto_max_concurrency, measured)
+        if rows is None and len(self.models) > 1:
+            log.warning("thresholds=auto: %s; using thresholds of 1 for now", why)
         self.thresholds = ThresholdTable("auto", len(self.models), True, rows)
+        self.thresholds_source = why if rows is not None else f"all ones: {why}"
+
+    async def _retune(self, measured: list[dict[str, Any] | None]) -> None:
+        """thresholds=auto: recompute B*(N) from the routing rates measured so far, when the entry model has
+        made RETUNE_AT decisions (rates unknown up front, e.g. learned routers at a swept threshold or
+        official checkpoints, become known; priors get corrected). Adopted only when the table changes."""
+        for milestone in RETUNE_AT:
+            while True:
+                await asyncio.sleep(RETUNE_POLL_S)
+                routes = [list((s or {}).get("routes") or [0] * len(self.models)) for s in self._stats]
+                if sum(routes[0]) >= milestone:
+                    break
+            try:
+                rows, why = await asyncio.to_thread(plan_thresholds, self.models, self.algorithm,
+                                                    self.runtime.auto_max_concurrency, measured, routes)
+            except Exception as exc:  # noqa: BLE001 - keep serving on the table we have
+                log.warning("thresholds=auto: re-tuning failed (%s); keeping the current table", exc)
+                return
+            if rows is None:
+                continue
+            table = ThresholdTable("auto", len(self.models), True, rows)
+            n_max = self.runtime.auto_max_concurrency
+            if [table(n) for n in range(1, n_max + 1)] != [self.thresholds(n) for n in range(1, n_max + 1)]:
+                self.thresholds = table
+                self._broadcast_active()
+                log.info("thresholds=auto: re-tuned after %d decisions (%s)", sum(routes[0]), why)
+            self.thresholds_source = f"{why}, measured over {sum(routes[0])} decisions"
 
     async def close(self) -> None:
         """Shut every subserver down and remove the socket directory. Idempotent."""
@@ -310,7 +345,8 @@ class TokenRouterFrontend:
                 "overhead_us_p50": s.get("overhead_us_p50", 0.0),
                 "threshold": current[i],
             }
-        out = {"models": models, "active_requests": n, "thresholds": current, "thresholds_spec": self.thresholds.spec}
+        out = {"models": models, "active_requests": n, "thresholds": current, "thresholds_spec": self.thresholds.spec,
+               "thresholds_source": self.thresholds_source}
         if self.latency_profiles:  # what thresholds=auto was computed from
             out["latency_profiles"] = self.latency_profiles
         return out
