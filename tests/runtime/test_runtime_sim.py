@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -223,12 +222,8 @@ def test_auto_thresholds_retune_from_measured_routing_rates(monkeypatch) -> None
 
     monkeypatch.setattr(frontend, "RETUNE_AT", (100,))
     monkeypatch.setattr(frontend, "RETUNE_POLL_S", 0.05)
-    here = str(Path(__file__).parent)
-    sys.path.insert(0, here)
-    try:
-        f = Frontends({"m": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}), AUTO)})
-    finally:
-        sys.path.remove(here)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the planner child imports the algorithm too
+    f = Frontends({"m": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}), AUTO)})
     try:
         fe = f.fe["m"]
         assert fe.stats()["thresholds_source"].startswith("all ones") and fe.thresholds(4) == [1, 1]

@@ -12,7 +12,11 @@ batching, never a stall.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import os
+import sys
 from typing import Any
 
 from tokenrouter.api import build_algorithm
@@ -20,6 +24,7 @@ from tokenrouter.config import AUTO_PROFILE, AlgorithmSpec, ModelSpec
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.engine.sim import sim_latency
 from tokenrouter.errors import UserError
+from tokenrouter.runtime.children import child_env
 
 log = logging.getLogger(__name__)
 
@@ -97,3 +102,41 @@ def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
     if table is None and len(models) > 1:
         log.warning("thresholds=auto: %s; using thresholds of 1", why)
     return table
+
+
+def main() -> None:
+    """`python -m tokenrouter.runtime.auto`: plan_thresholds in a child process (JSON on stdin and stdout), so
+    that a re-tune while serving never holds the front end's GIL, at low CPU priority."""
+    os.nice(10)
+    job = json.load(sys.stdin)
+    models = [ModelSpec.from_dict(m) for m in job["models"]]
+    algorithm = AlgorithmSpec.from_dict(job["algorithm"])
+    rows, why = plan_thresholds(models, algorithm, int(job["max_n"]), job.get("measured"), job.get("routes"))
+    json.dump({"rows": None if rows is None else {str(n): b for n, b in rows.items()}, "why": why}, sys.stdout)
+
+
+async def plan_in_child(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+                        measured: list[dict[str, Any] | None] | None,
+                        routes: list[list[int]] | None) -> tuple[dict[int, list[int]] | None, str]:
+    """plan_thresholds run by `python -m tokenrouter.runtime.auto` (killed if the caller is cancelled)."""
+    job = {"models": [m.to_dict() for m in models], "algorithm": {"name": algorithm.name, **algorithm.params},
+           "max_n": max_n, "measured": measured, "routes": routes}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tokenrouter.runtime.auto",
+                                                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE, env=child_env())
+    try:
+        out, err = await proc.communicate(json.dumps(job).encode())
+    except BaseException:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(err.decode(errors="replace").strip().splitlines()[-1] if err else f"exit {proc.returncode}")
+    result = json.loads(out)
+    rows = None if result["rows"] is None else {int(n): list(b) for n, b in result["rows"].items()}
+    return rows, str(result["why"])
+
+
+if __name__ == "__main__":
+    main()

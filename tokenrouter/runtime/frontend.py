@@ -32,7 +32,8 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import latencies_known, needs_startup_profile, plan_thresholds
+from tokenrouter.runtime.auto import latencies_known, needs_startup_profile, plan_in_child, plan_thresholds
+from tokenrouter.runtime.children import child_env
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
@@ -229,9 +230,9 @@ class TokenRouterFrontend:
                 routes = [list((s or {}).get("routes") or [0] * len(self.models)) for s in self._stats]
                 if sum(routes[0]) >= milestone:
                     break
-            try:
-                rows, why = await asyncio.to_thread(plan_thresholds, self.models, self.algorithm,
-                                                    self.runtime.auto_max_concurrency, measured, routes)
+            try:  # in a child process: the search must not hold this event loop's GIL while serving
+                rows, why = await plan_in_child(self.models, self.algorithm, self.runtime.auto_max_concurrency,
+                                                measured, routes)
             except Exception as exc:  # noqa: BLE001 - keep serving on the table we have
                 log.warning("thresholds=auto: re-tuning failed (%s); keeping the current table", exc)
                 return
@@ -554,12 +555,9 @@ def _unwatch(fe: TokenRouterFrontend) -> None:
 
 
 def _spawn(blob: bytes) -> subprocess.Popen:
-    """Start `python -m tokenrouter.runtime.subserver` with the config on stdin. A fresh interpreter (not
-    fork: torch and zmq state must not be inherited; not multiprocessing: no pickle and no re-import of the
-    caller's __main__), with the caller's sys.path so algorithms from the caller's modules import."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.runtime.subserver"], stdin=subprocess.PIPE, env=env)
+    """Start `python -m tokenrouter.runtime.subserver` with the config on stdin (runtime/children.py)."""
+    proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.runtime.subserver"], stdin=subprocess.PIPE,
+                            env=child_env())
     assert proc.stdin is not None
     proc.stdin.write(blob)
     proc.stdin.close()
