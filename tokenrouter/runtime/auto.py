@@ -62,6 +62,18 @@ def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec,
     return str(rates.get("preset") or algorithm.name), {**algorithm.params, **known}
 
 
+def rates_are_measured(models: list[ModelSpec], algorithm: AlgorithmSpec) -> bool:
+    """Whether the algorithm's routing rates follow the decisions counted while serving (learned routers,
+    R-Stitch), i.e. whether a re-tune can change anything; fixed-rate algorithms (bernoulli, ensemble) say no."""
+    names = [m.name for m in models]
+    probe = [[1000 if j == i else 0 for j in range(len(models))] for i in range(len(models))]
+    try:
+        algo = build_algorithm(algorithm.name, 0, names, dict(algorithm.params))
+        return algo.rates(probe) != algo.rates(None)
+    except UserError:
+        return False
+
+
 def latencies_known(models: list[ModelSpec], measured: list[dict[str, Any] | None] | None = None) -> bool:
     measured = measured or [None] * len(models)
     return all(model_latency(m, p) is not None for m, p in zip(models, measured, strict=True))

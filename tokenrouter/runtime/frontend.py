@@ -32,7 +32,13 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import latencies_known, needs_startup_profile, plan_in_child, plan_thresholds
+from tokenrouter.runtime.auto import (
+    latencies_known,
+    needs_startup_profile,
+    plan_in_child,
+    plan_thresholds,
+    rates_are_measured,
+)
 from tokenrouter.runtime.children import child_env
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 from tokenrouter.runtime.messages import (
@@ -205,7 +211,8 @@ class TokenRouterFrontend:
             except BaseException:
                 await self.close()
                 raise
-        if auto and latencies_known(self.models, [r.profile for r in ready]):
+        if (auto and latencies_known(self.models, [r.profile for r in ready])
+                and rates_are_measured(self.models, self.algorithm)):
             self._tasks.append(asyncio.create_task(self._retune([r.profile for r in ready])))
         self._outboxes = [connect_outbox(self._ctx, r.endpoint) for r in ready]
         self._send_all([Peers([r.endpoint for r in ready])])
