@@ -8,9 +8,11 @@ the one `LatencyProfile.from_json` reads.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import platform
 import random
 import statistics
@@ -128,18 +130,31 @@ def profile_at_startup(engine: Engine, spec_fields: dict[str, Any], max_concurre
     key = json.dumps([key_fields, _device_name(engine), sizes, AUTO_CONTEXT, AUTO_STEPS, AUTO_EXTEND],
                      sort_keys=True, default=str)
     path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"
-    if path.is_file():
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            log.warning("ignoring a corrupt cached latency profile %s", path)
-    start = time.perf_counter()
-    decode_ms, per_token = measure(engine, sizes, AUTO_CONTEXT, AUTO_STEPS, AUTO_EXTEND)
-    profile = profile_dict(str(spec_fields.get("name")), str(getattr(engine, "device", "cpu")),
-                           str(spec_fields.get("dtype")), AUTO_CONTEXT, decode_ms, per_token)
+    if (cached := _read(path)) is not None:
+        return cached
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(profile, indent=2) + "\n")
-    tmp.replace(path)
+    # One profile at a time on this host: subservers start together, and models sharing a GPU (or the CPU
+    # cores) would otherwise measure each other's work.
+    with open(cache / "profiling.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (cached := _read(path)) is not None:  # measured by another process while we waited
+            return cached
+        start = time.perf_counter()
+        decode_ms, per_token = measure(engine, sizes, AUTO_CONTEXT, AUTO_STEPS, AUTO_EXTEND)
+        profile = profile_dict(str(spec_fields.get("name")), str(getattr(engine, "device", "cpu")),
+                               str(spec_fields.get("dtype")), AUTO_CONTEXT, decode_ms, per_token)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(profile, indent=2) + "\n")
+        tmp.replace(path)
     log.info("profiled %s in %.1f s -> %s", spec_fields.get("name"), time.perf_counter() - start, path)
     return profile
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        log.warning("ignoring a corrupt cached latency profile %s", path)
+        return None
