@@ -204,20 +204,25 @@ class TokenRouterFrontend:
             await self.close()
             raise
         ready = [r for r in self._ready if r is not None]
-        if auto and needs_startup_profile(self.models):  # latencies measured by the subservers just now
-            self.latency_profiles = {m.name: r.profile for m, r in zip(self.models, ready, strict=True) if r.profile}
+        if auto:
             try:
-                await self._auto_thresholds([r.profile for r in ready])
+                await self._auto_after_ready([r.profile for r in ready])
             except BaseException:
                 await self.close()
                 raise
-        if (auto and latencies_known(self.models, [r.profile for r in ready])
-                and rates_are_measured(self.models, self.algorithm)):
-            self._tasks.append(asyncio.create_task(self._retune([r.profile for r in ready])))
         self._outboxes = [connect_outbox(self._ctx, r.endpoint) for r in ready]
         self._send_all([Peers([r.endpoint for r in ready])])
         self._vocab = min(r.vocab_size for r in ready)
         self._eos = list(ready[0].eos_ids)
+
+    async def _auto_after_ready(self, measured: list[dict[str, Any] | None]) -> None:
+        """thresholds=auto once every subserver is up: plan from their start-up profiles (if the models asked
+        for them), and keep re-planning from measured routing rates if the algorithm's rates follow them."""
+        if needs_startup_profile(self.models):
+            self.latency_profiles = {m.name: p for m, p in zip(self.models, measured, strict=True) if p}
+            await self._auto_thresholds(measured)
+        if latencies_known(self.models, measured) and rates_are_measured(self.models, self.algorithm):
+            self._tasks.append(asyncio.create_task(self._retune(measured)))
 
     async def _auto_thresholds(self, measured: list[dict[str, Any] | None] | None) -> None:
         rows, why = await asyncio.to_thread(plan_thresholds, self.models, self.algorithm,
