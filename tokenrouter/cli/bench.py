@@ -102,8 +102,8 @@ def _failures(returns: Any) -> list[JobFailure]:
     return [r.return_value for batch in items for r in batch if isinstance(r.return_value, JobFailure)]
 
 
-SHOWN = ("system", "algorithm", "models", "concurrency", "throughput_tok_s", "predicted_throughput_tok_s",
-         "accuracy", "mean_latency_s", "run_dir")
+SHOWN = ("system", "algorithm", "models", "concurrency", "request_rate", "throughput_tok_s",
+         "predicted_throughput_tok_s", "accuracy", "mean_latency_s", "run_dir")
 
 
 def _collect(sweep_dir: Path) -> None:
@@ -116,7 +116,7 @@ def _collect(sweep_dir: Path) -> None:
         print(f"tokenrouter bench: no results to collect in {sweep_dir}: {exc}", file=sys.stderr)
         return
     table.to_csv(sweep_dir / "results.csv", index=False)
-    shown = table[[c for c in SHOWN if c in table.columns]]
+    shown = table[[c for c in SHOWN if c in table.columns]].dropna(axis=1, how="all")  # e.g. no request_rate
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"{len(table)} runs -> {sweep_dir / 'results.csv'}")
 
