@@ -217,11 +217,11 @@ def test_auto_thresholds_retune_from_measured_routing_rates(monkeypatch) -> None
     # front end recomputes B*(N) at the measured rate and adopts it
     from tokenrouter.engine.sim import sim_latency
     from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
-    from tokenrouter.runtime import frontend
+    from tokenrouter.runtime import auto
     from tokenrouter.runtime.thresholds import make_feasible
 
-    monkeypatch.setattr(frontend, "RETUNE_AT", (100,))
-    monkeypatch.setattr(frontend, "RETUNE_POLL_S", 0.05)
+    monkeypatch.setattr(auto, "RETUNE_AT", (100,))
+    monkeypatch.setattr(auto, "RETUNE_POLL_S", 0.05)
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the planner child imports the algorithm too
     f = Frontends({"m": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}), AUTO)})
     try:

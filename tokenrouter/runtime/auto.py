@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tokenrouter.api import build_algorithm
@@ -25,6 +26,7 @@ from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.engine.sim import sim_latency
 from tokenrouter.errors import UserError
 from tokenrouter.runtime.children import child_env
+from tokenrouter.runtime.thresholds import ThresholdTable
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,56 @@ def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
     if table is None and len(models) > 1:
         log.warning("thresholds=auto: %s; using thresholds of 1", why)
     return table
+
+
+RETUNE_AT = (200, 1_000, 5_000)  # entry-model decisions after which measured routing rates are used
+RETUNE_POLL_S = 0.5
+
+
+class AutoThresholds:
+    """`thresholds=auto` for one front end: plans B*(N) before the subservers start (latencies known up
+    front) or once they report start-up profiles, then re-plans from routing rates measured while serving
+    (only for algorithms whose rates follow the data). The front end owns the table; this decides it."""
+
+    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int) -> None:
+        self.models = models
+        self.algorithm = algorithm
+        self.max_n = max_n
+
+    @property
+    def waits_for_profiles(self) -> bool:
+        return needs_startup_profile(self.models)
+
+    async def plan(self, measured: list[dict[str, Any] | None] | None = None) -> tuple[ThresholdTable, str]:
+        """(the table, where it came from); all ones with a logged reason when it cannot be planned yet."""
+        rows, why = await asyncio.to_thread(plan_thresholds, self.models, self.algorithm, self.max_n, measured)
+        if rows is None and len(self.models) > 1:
+            log.warning("thresholds=auto: %s; using thresholds of 1 for now", why)
+        return ThresholdTable("auto", len(self.models), True, rows), why if rows is not None else f"all ones: {why}"
+
+    def can_retune(self, measured: list[dict[str, Any] | None]) -> bool:
+        return latencies_known(self.models, measured) and rates_are_measured(self.models, self.algorithm)
+
+    async def retune(self, measured: list[dict[str, Any] | None], routes: Callable[[], list[list[int]]],
+                     current: Callable[[], ThresholdTable], adopt: Callable[[ThresholdTable | None, str], None]) -> None:
+        """At each RETUNE_AT count of entry-model decisions (`routes()[0]`), plan again at the measured rates in
+        a child process (the search must not hold the serving event loop's GIL) and `adopt` the table when it
+        differs from `current()` (None: same table, new source)."""
+        for milestone in RETUNE_AT:
+            while sum((counted := routes())[0]) < milestone:
+                await asyncio.sleep(RETUNE_POLL_S)
+            try:
+                rows, why = await plan_in_child(self.models, self.algorithm, self.max_n, measured, counted)
+            except Exception as exc:  # noqa: BLE001 - keep serving on the table we have
+                log.warning("thresholds=auto: re-tuning failed (%s); keeping the current table", exc)
+                return
+            if rows is None:
+                continue
+            table, now = ThresholdTable("auto", len(self.models), True, rows), current()
+            changed = [table(n) for n in range(1, self.max_n + 1)] != [now(n) for n in range(1, self.max_n + 1)]
+            if changed:
+                log.info("thresholds=auto: re-tuned after %d decisions (%s)", sum(counted[0]), why)
+            adopt(table if changed else None, f"{why}, measured over {sum(counted[0])} decisions")
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ import asyncio
 import atexit
 import contextlib
 import itertools
-import logging
 import os
 import signal
 import subprocess
@@ -32,13 +31,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import (
-    latencies_known,
-    needs_startup_profile,
-    plan_in_child,
-    plan_thresholds,
-    rates_are_measured,
-)
+from tokenrouter.runtime.auto import AutoThresholds
 from tokenrouter.runtime.children import child_env
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 from tokenrouter.runtime.messages import (
@@ -63,10 +56,6 @@ from tokenrouter.runtime.thresholds import ThresholdTable
 DEATH_GRACE_S = 0.2  # after noticing a dead subserver, wait this long for its Fatal frame (the reason)
 SUPERVISE_PERIOD_S = 0.1
 SHUTDOWN_WAIT_S = 5.0
-RETUNE_AT = (200, 1_000, 5_000)  # thresholds=auto: entry-model decisions after which measured rates are used
-RETUNE_POLL_S = 0.5
-
-log = logging.getLogger(__name__)
 
 
 class RuntimeFailure(RuntimeError):
@@ -173,9 +162,10 @@ class TokenRouterFrontend:
         self._started = True
         loop = asyncio.get_running_loop()
         rt = self.runtime
-        auto = rt.thresholds == "auto" and rt.delayed_batching
-        if auto and not needs_startup_profile(self.models):  # search (or read the disk cache) off the loop
-            await self._auto_thresholds(None)
+        auto = AutoThresholds(self.models, self.algorithm, rt.auto_max_concurrency) \
+            if rt.thresholds == "auto" and rt.delayed_batching else None
+        if auto is not None and not auto.waits_for_profiles:  # search (or read the disk cache) off the loop
+            self.thresholds, self.thresholds_source = await auto.plan()
         if rt.ipc == "ipc":
             self._dir = private_dir()
             where = str(self._dir)
@@ -204,9 +194,9 @@ class TokenRouterFrontend:
             await self.close()
             raise
         ready = [r for r in self._ready if r is not None]
-        if auto:
+        if auto is not None:
             try:
-                await self._auto_after_ready([r.profile for r in ready])
+                await self._auto_after_ready(auto, [r.profile for r in ready])
             except BaseException:
                 await self.close()
                 raise
@@ -215,48 +205,25 @@ class TokenRouterFrontend:
         self._vocab = min(r.vocab_size for r in ready)
         self._eos = list(ready[0].eos_ids)
 
-    async def _auto_after_ready(self, measured: list[dict[str, Any] | None]) -> None:
+    async def _auto_after_ready(self, auto: AutoThresholds, measured: list[dict[str, Any] | None]) -> None:
         """thresholds=auto once every subserver is up: plan from their start-up profiles (if the models asked
         for them), and keep re-planning from measured routing rates if the algorithm's rates follow them."""
-        if needs_startup_profile(self.models):
+        if auto.waits_for_profiles:
             self.latency_profiles = {m.name: p for m, p in zip(self.models, measured, strict=True) if p}
-            await self._auto_thresholds(measured)
-        if latencies_known(self.models, measured) and rates_are_measured(self.models, self.algorithm):
-            self._tasks.append(asyncio.create_task(self._retune(measured)))
+            self.thresholds, self.thresholds_source = await auto.plan(measured)
+        if auto.can_retune(measured):
+            self._tasks.append(asyncio.create_task(auto.retune(measured, self._routes, lambda: self.thresholds,
+                                                               self._adopt)))
 
-    async def _auto_thresholds(self, measured: list[dict[str, Any] | None] | None) -> None:
-        rows, why = await asyncio.to_thread(plan_thresholds, self.models, self.algorithm,
-                                            self.runtime.auto_max_concurrency, measured)
-        if rows is None and len(self.models) > 1:
-            log.warning("thresholds=auto: %s; using thresholds of 1 for now", why)
-        self.thresholds = ThresholdTable("auto", len(self.models), True, rows)
-        self.thresholds_source = why if rows is not None else f"all ones: {why}"
+    def _routes(self) -> list[list[int]]:
+        """Decisions counted so far: routes[i][j] = requests model i sent to model j."""
+        return [list((s or {}).get("routes") or [0] * len(self.models)) for s in self._stats]
 
-    async def _retune(self, measured: list[dict[str, Any] | None]) -> None:
-        """thresholds=auto: recompute B*(N) from the routing rates measured so far, when the entry model has
-        made RETUNE_AT decisions (rates unknown up front, e.g. learned routers at a swept threshold or
-        official checkpoints, become known; priors get corrected). Adopted only when the table changes."""
-        for milestone in RETUNE_AT:
-            while True:
-                await asyncio.sleep(RETUNE_POLL_S)
-                routes = [list((s or {}).get("routes") or [0] * len(self.models)) for s in self._stats]
-                if sum(routes[0]) >= milestone:
-                    break
-            try:  # in a child process: the search must not hold this event loop's GIL while serving
-                rows, why = await plan_in_child(self.models, self.algorithm, self.runtime.auto_max_concurrency,
-                                                measured, routes)
-            except Exception as exc:  # noqa: BLE001 - keep serving on the table we have
-                log.warning("thresholds=auto: re-tuning failed (%s); keeping the current table", exc)
-                return
-            if rows is None:
-                continue
-            table = ThresholdTable("auto", len(self.models), True, rows)
-            n_max = self.runtime.auto_max_concurrency
-            if [table(n) for n in range(1, n_max + 1)] != [self.thresholds(n) for n in range(1, n_max + 1)]:
-                self.thresholds = table
-                self._broadcast_active()
-                log.info("thresholds=auto: re-tuned after %d decisions (%s)", sum(routes[0]), why)
-            self.thresholds_source = f"{why}, measured over {sum(routes[0])} decisions"
+    def _adopt(self, table: ThresholdTable | None, source: str) -> None:
+        if table is not None:
+            self.thresholds = table
+            self._broadcast_active()
+        self.thresholds_source = source
 
     async def close(self) -> None:
         """Shut every subserver down and remove the socket directory. Idempotent."""
