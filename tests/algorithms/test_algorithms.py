@@ -120,8 +120,26 @@ def test_learned_rates_prefer_measurements_then_the_trained_route_rate(routers) 
     assert algo.rates([[70, 30], [100, 0]]) == {"preset": "r2r", "route_prob": 0.3}
     assert algo.rates([[3, 1], [4, 0]])["route_prob"] == 0.2  # too few decisions: the prior
     other = build_algorithm("r2r", 0, NAMES, {"router": str(routers["r2r"]), "threshold": 0.9})
-    assert other.rates()["route_prob"] is None  # trained at another threshold
+    assert other.rates()["route_prob"] is None  # trained at another threshold, no score distribution saved
     assert build_algorithm("co_llm", 0, NAMES, {"router": str(routers["co_llm"])}).rates()["preset"] == "co_llm"
+
+
+def test_learned_prior_at_another_threshold_comes_from_saved_score_quantiles(tmp_path) -> None:
+    # raw (logit) quantiles -2 .. 2: r2r flags sigmoid(raw) >= threshold, i.e. raw >= logit(threshold)
+    quantiles = [x / 50 for x in range(-100, 101)]
+    cfgs = {"r2r": {"hidden_states_size": D, "vocab_size": VOCAB, "hidden_dims": [8], "logits_size": 20},
+            "citer": {"hidden_states_size": D, "hidden_dims": [8]}, "co_llm": {"hidden_states_size": D, "hidden_dims": []}}
+    for kind, cfg in cfgs.items():
+        save_router(build_router(kind, cfg), tmp_path / kind / "router", 0.5,
+                    {"metrics": {"heldout_route_rate": 0.5, "heldout_raw_quantiles": quantiles}})
+    path = {k: str(tmp_path / k) for k in cfgs}
+    assert build_algorithm("r2r", 0, NAMES, {"router": path["r2r"]}).rates()["route_prob"] == 0.5  # saved
+    at = build_algorithm("r2r", 0, NAMES, {"router": path["r2r"], "threshold": 0.731}).rates()["route_prob"]
+    assert at == pytest.approx(sum(q >= math.log(0.731 / 0.269) for q in quantiles) / len(quantiles))
+    assert 0.25 < at < 0.3  # logit(0.731) ~ 1.0: a quarter of the scores lie above it
+    co = build_algorithm("co_llm", 0, NAMES, {"router": path["co_llm"], "eta": 0.9}).rates()["route_prob"]
+    ci = build_algorithm("citer", 0, NAMES, {"router": path["citer"], "tau": 0.9}).rates()["route_prob"]
+    assert co < 0.1 and ci > 0.9  # co_llm defers rarely at a high eta; citer regenerates often at a high tau
 
 
 def test_normalized_entropy_math() -> None:

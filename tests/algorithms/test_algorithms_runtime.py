@@ -15,7 +15,7 @@ import torch
 from tokenrouter.algorithms.checkpoints import save_router
 from tokenrouter.algorithms.routers import build_router
 from tokenrouter.algorithms.training import generate_greedy
-from tokenrouter.api import stable_uniform
+from tokenrouter.api import build_algorithm, stable_uniform
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.torch_engine import TorchEngine
 from tokenrouter.results import GenerationRequest
@@ -178,6 +178,12 @@ def test_train_router_end_to_end_then_r2r_serves_with_it(tmp_path: Path, greedy:
     doc = json.loads((out / "router.json").read_text())
     assert doc["labels"]["all"]["positions"] == doc["labels"]["train"]["positions"] + doc["labels"]["heldout"]["positions"]
     assert doc["threshold"] == summary["threshold"]
+    quantiles = doc["metrics"]["heldout_raw_quantiles"]
+    assert len(quantiles) == 201 and quantiles == sorted(quantiles)
+    # at its own threshold the saved rate; elsewhere the rate the saved score distribution implies
+    assert build_algorithm("r2r", 0, ["s", "l"], {"router": str(out)}).rates()["route_prob"] == pytest.approx(
+        doc["metrics"]["heldout_route_rate"])
+    assert build_algorithm("r2r", 0, ["s", "l"], {"router": str(out), "threshold": 1.0}).rates()["route_prob"] == 0.0
     again = tmp_path / "again"
     assert main(argv[:4] + [str(again)] + argv[5:]) == 0  # same seed: the same router and threshold
     assert json.loads(capsys.readouterr().out)["threshold"] == summary["threshold"]

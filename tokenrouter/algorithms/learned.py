@@ -107,19 +107,26 @@ class LearnedRouting(RoutingAlgorithm):
 
     def rates(self, routes: list[list[int]] | None = None) -> dict[str, Any]:
         """Throughput-model preset: the one-token-return shape with the small model's hand-off probability,
-        measured, else the held-out route rate saved with a router trained at the threshold in use."""
+        measured, else estimated from what was saved with a trained router (see _prior_route_prob)."""
         p = measured_rate(routes, 0, 1)
         return {"preset": self.name, "route_prob": self._prior_route_prob() if p is None else p}
 
     def _prior_route_prob(self) -> float | None:
+        """The held-out route rate saved with the router when it is used at its saved threshold; at another
+        threshold, the share of the saved held-out raw-score quantiles this algorithm would flag. None for
+        official checkpoints and Hub paths (no sidecar): then only measurements tell."""
         path = Path(str(self.router_path or "")).expanduser()
         sidecar = path / "router.json" if path.is_dir() else path.with_suffix(".json")
         try:
             doc = json.loads(sidecar.read_text())
         except (OSError, ValueError):
-            return None  # official checkpoints and Hub paths carry no route rate
+            return None
+        metrics = doc.get("metrics") or {}
         saved = doc.get("threshold")
-        if self.threshold is not None and (saved is None or not math.isclose(saved, self.threshold)):
-            return None  # trained at another threshold: its route rate does not apply
-        rate = (doc.get("metrics") or {}).get("heldout_route_rate")
-        return None if rate is None else float(rate)
+        if self.threshold is None or (saved is not None and math.isclose(saved, self.threshold)):
+            rate = metrics.get("heldout_route_rate")
+            return None if rate is None else float(rate)
+        quantiles = metrics.get("heldout_raw_quantiles")
+        if not quantiles:
+            return None  # trained at another threshold, no score distribution saved: its rate does not apply
+        return float(self.flags(torch.tensor(quantiles, dtype=torch.float64)).double().mean())

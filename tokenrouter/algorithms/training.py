@@ -39,6 +39,7 @@ from tokenrouter.engine.base import StepItem
 from tokenrouter.errors import UserError
 
 KINDS = ("r2r", "citer", "co_llm")
+QUANTILES = 201  # held-out raw-score quantiles saved with a router (route rate resolution 0.5%)
 LABEL_RULE = "small-model greedy token != large-model greedy token (teacher-forced on the large model's output)"
 
 
@@ -303,6 +304,8 @@ def train_router(
         "heldout_recall": float(flagged[positives].mean()),
         "heldout_precision": float(positives[flagged].mean()) if flagged.any() else 0.0,
         "heldout_route_rate": float(flagged.mean()),
+        # the held-out raw scores' distribution: the route rate at any other threshold (thresholds=auto)
+        "heldout_raw_quantiles": [float(q) for q in np.quantile(raw, np.linspace(0.0, 1.0, QUANTILES))],
         "final_train_loss": history[-1],
     }
     threshold = algorithm_threshold(settings.algorithm, cut)
