@@ -228,8 +228,15 @@ def test_auto_thresholds_retune_from_measured_routing_rates(monkeypatch) -> None
         fe = f.fe["m"]
         assert fe.stats()["thresholds_source"].startswith("all ones") and fe.thresholds(4) == [1, 1]
         f.run(fe.generate_many(_reqs(60)))
-        f.run(asyncio.sleep(1.0))
-        source = fe.stats()["thresholds_source"]
+
+        async def retuned() -> str:  # the planner child may need seconds (imports, a cold perfmodel cache)
+            for _ in range(600):
+                if "measured over" in fe.stats()["thresholds_source"]:
+                    break
+                await asyncio.sleep(0.1)
+            return fe.stats()["thresholds_source"]
+
+        source = f.run(retuned())
         table = [fe.thresholds(n) for n in range(1, 7)]
     finally:
         f.close()
