@@ -18,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from evals.report import systems_comparison, to_markdown
+from evals.results import load_results
 from tokenrouter.cli import main as tokenrouter
 
 
@@ -35,7 +37,7 @@ def run(out: Path, extra: list[str]) -> dict[tuple[str, int], dict]:
 STEADY = "steady_throughput_tok_s"
 
 
-def report(runs: dict[tuple[str, int], dict]) -> None:
+def report(runs: dict[tuple[str, int], dict], out: Path) -> None:
     print("measured: total output tokens / elapsed; steady: the same while all N clients were busy (first to last "
           "arrival), i.e. without the drain tail a closed-loop model does not have")
     print(f"{'N':>3} {'system':<12} {'thresholds':<10} {'measured':>9} {'steady':>9} {'predicted':>9} "
@@ -47,23 +49,14 @@ def report(runs: dict[tuple[str, int], dict]) -> None:
         print(f"{n:>3} {system:<12} {str(s.get('thresholds') or '-'):<10} {s['throughput_tok_s']:9.1f} "
               f"{steady:9.1f} {pred or float('nan'):9.1f} {ratios}")
     print()
-    print(f"{'N':>3} {'TokenRouter / lock-step':>24} {'steady':>7} {'predicted':>10} {'difference':>10} {'steady':>7}")
-    for n in sorted({n for _, n in runs}):
-        tr, ls = runs.get(("tokenrouter", n)), runs.get(("lockstep", n))
-        if not (tr and ls):
-            continue
-        measured = tr["throughput_tok_s"] / ls["throughput_tok_s"]
-        steady = (tr.get(STEADY) or float("nan")) / (ls.get(STEADY) or float("nan"))
-        predicted = tr["predicted_throughput_tok_s"] / ls["predicted_throughput_tok_s"]
-        print(f"{n:>3} {measured:24.3f} {steady:7.3f} {predicted:10.3f} {100 * (measured / predicted - 1):+9.1f}% "
-              f"{100 * (steady / predicted - 1):+6.1f}%")
+    print(to_markdown(systems_comparison(load_results([out]))))  # what `tokenrouter report` writes as systems.md
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("multirun/systems_sim"))
     args, extra = parser.parse_known_args()
-    report(run(args.out, extra))
+    report(run(args.out, extra), args.out)
 
 
 if __name__ == "__main__":

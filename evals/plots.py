@@ -17,10 +17,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from evals.report import PER_REQUEST, STEADY, THROUGHPUT, has, select, series_label  # noqa: E402
+from evals.report import PER_REQUEST, PREDICTED, STEADY, THROUGHPUT, has, select, series_label  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
-PREDICTED = "predicted_throughput_tok_s"
 MEASURED = "measured_tok_s"
 
 

@@ -22,6 +22,7 @@ from evals.metrics import apgr, cpt
 THROUGHPUT = "throughput_tok_s"
 PER_REQUEST = "per_request_throughput_tok_s"
 STEADY = "steady_throughput_tok_s"  # closed loop without the drain tail: what the throughput model predicts
+PREDICTED = "predicted_throughput_tok_s"
 BASELINES = {"lockstep": "R2R lockstep", "official_r2r": "R2R official"}
 
 
@@ -39,6 +40,7 @@ def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
         ablation,
         plots.concurrency_plot,
         plots.load_plot,
+        systems,
         query_level,
     ]
     for report in reports:
@@ -172,6 +174,37 @@ def ablation(df: pd.DataFrame, out: Path) -> list[Path]:
     return write_table(
         table, out, "ablation", "Ablation: decoding throughput (tok/s) per variant and concurrency N."
     )
+
+
+def systems_comparison(df: pd.DataFrame) -> pd.DataFrame:
+    """TokenRouter / lock-step per concurrency N, measured (total / elapsed and steady) and predicted (the
+    throughput model's chain over lock-step's closed form), from runs that carry predictions (sim engines)."""
+    runs = has(select(df, "systems_sim"), "system", "concurrency", THROUGHPUT, PREDICTED).copy()
+    if runs.empty:
+        return pd.DataFrame()
+    if STEADY not in runs:
+        runs[STEADY] = float("nan")
+    means = runs.groupby(["concurrency", "system"])[[THROUGHPUT, STEADY, PREDICTED]].mean()
+    rows = []
+    for n in sorted({n for n, _ in means.index}):
+        if (n, "tokenrouter") not in means.index or (n, "lockstep") not in means.index:
+            continue
+        tr, ls = means.loc[(n, "tokenrouter")], means.loc[(n, "lockstep")]
+        predicted = tr[PREDICTED] / ls[PREDICTED]
+        measured, steady = tr[THROUGHPUT] / ls[THROUGHPUT], tr[STEADY] / ls[STEADY]
+        rows.append({"N": int(n), "tokenrouter tok/s": tr[THROUGHPUT], "lockstep tok/s": ls[THROUGHPUT],
+                     "ratio": measured, "ratio (steady)": steady, "predicted ratio": predicted,
+                     "difference %": 100 * (measured / predicted - 1),
+                     "difference % (steady)": 100 * (steady / predicted - 1)})
+    return pd.DataFrame(rows)
+
+
+def systems(df: pd.DataFrame, out: Path) -> list[Path]:
+    table = systems_comparison(df)
+    if table.empty:
+        return []
+    return write_table(table, out, "systems", "TokenRouter / lock-step R2R throughput: measured (total / elapsed, "
+                       "and steady: without the drain tail) against the throughput model's prediction.")
 
 
 def query_level(df: pd.DataFrame, out: Path) -> list[Path]:

@@ -164,6 +164,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 experiment="concurrency_sweep",
                 summary=thr(50 * scale * n**0.8, per_request_throughput_tok_s=50 * scale * n**-0.2),
             )
+    systems = root / "systems"
+    for n, (tr, ls) in {4: (200.0, 140.0), 8: (380.0, 240.0)}.items():
+        for system, value, predicted in (("tokenrouter", tr, 1.05 * tr), ("lockstep", ls, ls)):
+            make_run(systems, f"{system}{n}", system=system, concurrency=n, experiment="systems_sim",
+                     summary=thr(value, steady_throughput_tok_s=1.02 * value, predicted_throughput_tok_s=predicted))
     load = root / "load"
     for rate in (1.0, 2.0, 4.0):
         for system, slow in (("tokenrouter", 1.0), ("lockstep", 2.0)):
@@ -212,6 +217,9 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
         "load.csv",
         "load.png",
         "load.pdf",
+        "systems.md",
+        "systems.csv",
+        "systems.tex",
         "concurrency.png",
         "concurrency.csv",
         "query_level.md",
@@ -249,6 +257,12 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
     assert tr16["throughput_scale"] == pytest.approx(16**0.8) and tr16["per_request_kept"] == pytest.approx(
         16**-0.2
     )
+
+    systems = pd.read_csv(out / "systems.csv").set_index("N")
+    assert systems.loc[8, "ratio"] == pytest.approx(380 / 240) and systems.loc[8, "predicted ratio"] == pytest.approx(
+        1.05 * 380 / 240)
+    assert systems.loc[4, "difference %"] == pytest.approx(100 * (1 / 1.05 - 1))  # steady cancels out in ratios
+    assert systems.loc[4, "difference % (steady)"] == pytest.approx(100 * (1 / 1.05 - 1))
 
     load = pd.read_csv(out / "load.csv").set_index(["series", "request_rate"])
     assert len(load) == 6 and load.loc[("lockstep (r2r)", 4.0), "mean_latency_s"] == 8.0
