@@ -149,7 +149,7 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
         if server.started:
             host, port = sock.getsockname()[:2]
             print(f"{READY_PREFIX}http://{host}:{port} (model {name!r}: {names}, "
-                  f"algorithm {algorithm.name})", flush=True)
+                  f"algorithm {algorithm.name}; thresholds: {frontend.thresholds_source})", flush=True)
         await task
     finally:
         await frontend.close()
