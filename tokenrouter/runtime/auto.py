@@ -109,13 +109,19 @@ def plan_thresholds(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: in
     return table, f"throughput model, {preset} {rates}"
 
 
-def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
-               measured: list[dict[str, Any] | None] | None = None) -> dict[int, list[int]] | None:
-    """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason."""
+def plan_or_warn(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+                 measured: list[dict[str, Any] | None] | None = None) -> tuple[dict[int, list[int]] | None, str]:
+    """plan_thresholds, logging why when there is no table (the caller then uses all ones)."""
     table, why = plan_thresholds(models, algorithm, max_n, measured)
     if table is None and len(models) > 1:
         log.warning("thresholds=auto: %s; using thresholds of 1", why)
-    return table
+    return table, why
+
+
+def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+               measured: list[dict[str, Any] | None] | None = None) -> dict[int, list[int]] | None:
+    """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason."""
+    return plan_or_warn(models, algorithm, max_n, measured)[0]
 
 
 RETUNE_AT = (200, 1_000, 5_000)  # entry-model decisions after which measured routing rates are used
@@ -138,9 +144,7 @@ class AutoThresholds:
 
     async def plan(self, measured: list[dict[str, Any] | None] | None = None) -> tuple[ThresholdTable, str]:
         """(the table, where it came from); all ones with a logged reason when it cannot be planned yet."""
-        rows, why = await asyncio.to_thread(plan_thresholds, self.models, self.algorithm, self.max_n, measured)
-        if rows is None and len(self.models) > 1:
-            log.warning("thresholds=auto: %s; using thresholds of 1 for now", why)
+        rows, why = await asyncio.to_thread(plan_or_warn, self.models, self.algorithm, self.max_n, measured)
         return ThresholdTable("auto", len(self.models), True, rows), why if rows is not None else f"all ones: {why}"
 
     def can_retune(self, measured: list[dict[str, Any] | None]) -> bool:
