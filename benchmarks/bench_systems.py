@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from evals.report import systems_comparison, to_markdown
+from evals.report import STEADY, systems_comparison, to_markdown
 from evals.results import load_results
 from tokenrouter.cli import main as tokenrouter
 
@@ -32,9 +32,6 @@ def run(out: Path, extra: list[str]) -> dict[tuple[str, int], dict]:
         s = json.loads(path.read_text())
         runs[(s["system"], s["concurrency"])] = s
     return runs
-
-
-STEADY = "steady_throughput_tok_s"
 
 
 def report(runs: dict[tuple[str, int], dict], out: Path) -> None:

@@ -171,8 +171,8 @@ def concurrency_plot(df: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def load_plot(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Open-loop load curves: mean / p99 latency, TTFT and achieved throughput against the offered request rate
-    (arrival=poisson), one line per series."""
+    """Open-loop load curves: mean / p99 latency and achieved throughput against the offered request rate
+    (arrival=poisson), one line per series; load.csv also holds the mean TTFT."""
     runs = has(select(df, "rate_sweep"), "request_rate", "mean_latency_s", THROUGHPUT, "system").copy()
     if runs.empty:
         return []
