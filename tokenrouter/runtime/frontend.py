@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import contextlib
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -346,29 +347,34 @@ class TokenRouterFrontend:
     # ---- internals -----------------------------------------------------------------------------------------
 
     def _submit(self, req: GenerationRequest, stream: bool) -> _Flight:
+        """Admit one request. Everything that can reject it (validation, the wire encoding) happens before
+        it is counted active; a send that still fails undoes the accounting, so no slot ever leaks."""
         if self._closed or not self._started or self._startup is None or not self._startup.done():
             raise RuntimeFailure(self._failure or "the front end is not running (call start() first)")
-        if not req.prompt_ids:
-            raise RequestError("request has an empty prompt")
-        if req.max_new_tokens < 1:
-            raise RequestError(f"max_new_tokens must be >= 1, got {req.max_new_tokens}")
-        bad = [t for t in req.prompt_ids if not 0 <= t < self._vocab]
-        if bad:
-            raise RequestError(f"prompt token id(s) {bad[:5]} outside the vocabulary [0, {self._vocab})")
-        loop = asyncio.get_running_loop()
+        _check_request(req, self._vocab)
         rid = str(next(self._rids))
+        sampling = req.sampling
+        stop = self._eos if req.stop_token_ids is None else list(req.stop_token_ids)
+        outputs = (OUT_LOGITS if req.return_logits else 0) | (OUT_HIDDEN if req.return_hidden else 0)
+        meta = RequestMeta(req.max_new_tokens, sampling, _routing_seed(req.seed, self.seed), stop, outputs)
+        try:
+            frame = encode([Submit(rid, list(req.prompt_ids), meta)])
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise RequestError(f"request cannot be encoded for the runtime: {exc}") from None
         flight = _Flight(req, rid, time.perf_counter(), len(self.models))
         if stream:
             flight.events = asyncio.Queue()
         else:
-            flight.future = loop.create_future()
+            flight.future = asyncio.get_running_loop().create_future()
         self._flights[rid] = flight
-        sampling = req.sampling
-        stop = self._eos if req.stop_token_ids is None else list(req.stop_token_ids)
-        outputs = (OUT_LOGITS if req.return_logits else 0) | (OUT_HIDDEN if req.return_hidden else 0)
-        meta = RequestMeta(req.max_new_tokens, sampling, req.seed + (self.seed << 32), stop, outputs)
-        self._broadcast_active()
-        self._outboxes[0].send(encode([Submit(rid, list(req.prompt_ids), meta)]), zmq.NOBLOCK)
+        try:
+            self._broadcast_active()
+            self._outboxes[0].send(frame, zmq.NOBLOCK)
+        except BaseException as exc:
+            self._flights.pop(rid, None)
+            with contextlib.suppress(Exception):
+                self._broadcast_active()
+            raise RuntimeFailure(f"cannot submit the request to model {self.model_names[0]!r}: {exc}") from None
         return flight
 
     def _abort(self, flight: _Flight) -> None:
@@ -497,6 +503,40 @@ class TokenRouterFrontend:
             return
 
 
+
+
+INT64_MAX = 2**63 - 1
+TOKEN_ID_MAX = 2**31 - 1
+
+
+def _check_request(req: GenerationRequest, vocab: int) -> None:
+    """The request fields the runtime's wire format and engines rely on, each with a one-line reason."""
+    if not req.prompt_ids:
+        raise RequestError("request has an empty prompt")
+    if not 1 <= req.max_new_tokens <= TOKEN_ID_MAX:
+        raise RequestError(f"max_new_tokens must be in [1, {TOKEN_ID_MAX}], got {req.max_new_tokens}")
+    bad = [t for t in req.prompt_ids if not 0 <= t < vocab]
+    if bad:
+        raise RequestError(f"prompt token id(s) {bad[:5]} outside the vocabulary [0, {vocab})")
+    bad = [t for t in req.stop_token_ids or [] if not 0 <= t <= TOKEN_ID_MAX]
+    if bad:
+        raise RequestError(f"stop token id(s) {bad[:5]} outside [0, {TOKEN_ID_MAX}]")
+    if not 0 <= req.seed <= INT64_MAX:
+        raise RequestError(f"seed must be in [0, 2**63 - 1], got {req.seed}")
+    s = req.sampling
+    if s.seed is not None and not 0 <= s.seed <= INT64_MAX:
+        raise RequestError(f"sampling seed must be in [0, 2**63 - 1], got {s.seed}")
+    if not -1 <= s.top_k <= TOKEN_ID_MAX:
+        raise RequestError(f"top_k must be in [-1, {TOKEN_ID_MAX}], got {s.top_k}")
+    if not (math.isfinite(s.temperature) and s.temperature >= 0.0):
+        raise RequestError(f"temperature must be a finite number >= 0, got {s.temperature}")
+    if not (math.isfinite(s.top_p) and 0.0 < s.top_p <= 1.0):
+        raise RequestError(f"top_p must be in (0, 1], got {s.top_p}")
+
+
+def _routing_seed(request_seed: int, run_seed: int) -> int:
+    """The per-request routing seed: the run's seed in the high bits, kept inside the wire's 64 bits."""
+    return (request_seed + (run_seed << 32)) % 2**64
 
 
 # Front ends alive in this process. SIGTERM's default action and interpreter exit would skip close(), so

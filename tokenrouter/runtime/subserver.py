@@ -200,6 +200,7 @@ class Subserver:
 
     def run_batch(self, batch: list[Entry]) -> None:
         items = [StepItem(e.req.rid, self.input_ids(e), e.req.sampling, len(e.req.prompt_ids)) for e in batch]
+        kv_before = [self.engine.seq_len(e.req.rid) for e in batch]
         t0 = time.perf_counter()
         self.counters.wait_s += sum(t0 - e.since for e in batch)
         try:
@@ -209,12 +210,11 @@ class Subserver:
             if len(dests) != len(batch) or any(not 0 <= d < self.num_models for d in dests):
                 raise ValueError(f"algorithm {self.algo.name!r} returned destinations {dests} for "
                                  f"{len(batch)} requests and {self.num_models} models")
-        except Exception as exc:  # a failed step fails its requests, not the server
-            for e in batch:
-                self.fail(e.req.rid, f"model {self.engine.name!r}: step failed: {type(exc).__name__}: {exc}")
-            return
-        finally:
+        except Exception as exc:  # a failed step fails its requests, never the server or their batch mates
             self.counters.step_s += time.perf_counter() - t0
+            self.isolate(batch, kv_before, f"{type(exc).__name__}: {exc}")
+            return
+        self.counters.step_s += time.perf_counter() - t0
         c = self.counters
         c.steps += 1
         c.batch_total += len(batch)
@@ -230,6 +230,18 @@ class Subserver:
                 self.sched.make_ready(e, now)
             else:
                 self.hand_off(e, dest)
+
+    def isolate(self, batch: list[Entry], kv_before: list[int], error: str) -> None:
+        """After a failed step: roll every member's KV back to where it was and step each one alone, so only
+        the request that makes a step fail (a bad sampling parameter, a router error on its input) fails."""
+        for e, kv in zip(batch, kv_before, strict=True):
+            if self.engine.seq_len(e.req.rid) > kv:
+                self.engine.truncate(e.req.rid, kv)
+        if len(batch) == 1:
+            self.fail(batch[0].req.rid, f"model {self.engine.name!r}: step failed: {error}")
+            return
+        for e in batch:
+            self.run_batch([e])
 
     def commit(self, e: Entry, tok: int) -> bool:
         """Commit one token and stream it; True if that finished the request (finish handled here)."""

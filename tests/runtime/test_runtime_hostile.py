@@ -1,0 +1,116 @@
+"""Hostile requests against the runtime (real subserver processes on sim engines): a request that makes a
+step fail fails alone, and a request rejected at any stage of admission leaves no trace in the accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+import zmq
+
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
+from tokenrouter.engine.base import SamplingParams
+from tokenrouter.results import GenerationRequest
+from tokenrouter.runtime import frontend as frontend_module
+from tokenrouter.runtime.frontend import RequestError, RuntimeFailure
+
+from .conftest import Frontends
+from .user_algorithms.poisoned import POISON_SEED
+
+SMALL = ModelSpec(name="small", engine="sim", kv_tokens=4096, sim=SimSpec(latency_ms=1.0, seed=11, vocab_size=500))
+LARGE = ModelSpec(name="large", engine="sim", kv_tokens=512, sim=SimSpec(latency_ms=2.0, seed=22, vocab_size=500))
+# B_0 = 4 (clipped to feasible at small N): the small model batches the poisoned request with innocent ones
+RT = RuntimeConfig(thresholds=[4, 1], max_wait_ms=50.0)
+
+
+@pytest.fixture(scope="module")
+def fes():
+    here = str(Path(__file__).parent)
+    sys.path.insert(0, here)  # subservers inherit sys.path, so they import the test algorithm too
+    try:
+        f = Frontends({
+            "poisoned": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.poisoned", {"route_prob": 0.35}), RT),
+            "plain": ([SMALL, LARGE], AlgorithmSpec("bernoulli", {"route_prob": 0.35}), RT),
+        })
+    finally:
+        sys.path.remove(here)
+    yield f
+    f.close()
+
+
+def _reqs(seeds: list[int]) -> list[GenerationRequest]:
+    return [GenerationRequest([5, 6, 7, s % 400], max_new_tokens=24, seed=s, index=s) for s in seeds]
+
+
+def test_a_request_that_fails_every_step_it_joins_fails_alone(fes) -> None:
+    fe = fes.fe["poisoned"]
+    innocent = [1, 2, 3, 4, 5, 6, 7]
+
+    async def both() -> tuple[list, list]:
+        mixed = await asyncio.gather(*(fe.generate(r) for r in _reqs([*innocent[:3], POISON_SEED, *innocent[3:]])),
+                                     return_exceptions=True)
+        alone = await fe.generate_many(_reqs(innocent))
+        return mixed, alone
+
+    mixed, alone = fes.run(both())
+    poisoned = mixed.pop(3)
+    assert isinstance(poisoned, RequestError) and "step failed: FloatingPointError" in str(poisoned)
+    assert all(not isinstance(r, BaseException) for r in mixed), mixed
+    assert [r.output_ids for r in mixed] == [r.output_ids for r in alone]  # untouched by their batch mate
+    assert fe.stats()["active_requests"] == 0
+    steps = fes.run(fe.refresh_stats())["models"]["small"]
+    assert steps["mean_batch_size"] > 1.0  # the poisoned request really shared batches
+
+
+BAD = [
+    ("seed", GenerationRequest([1, 2], 8, seed=2**64), "seed must be in"),
+    ("negative seed", GenerationRequest([1, 2], 8, seed=-(2**63) - 1), "seed must be in"),
+    ("sampling seed", GenerationRequest([1, 2], 8, SamplingParams(0.5, seed=2**70)), "sampling seed"),
+    ("top_k", GenerationRequest([1, 2], 8, SamplingParams(0.5, top_k=2**64)), "top_k"),
+    ("max_new_tokens", GenerationRequest([1, 2], 2**64), "max_new_tokens"),
+    ("stop id", GenerationRequest([1, 2], 8, stop_token_ids=[2**64]), "stop token id"),
+    ("prompt id", GenerationRequest([1, 2**64], 8), "outside the vocabulary"),
+    ("temperature", GenerationRequest([1, 2], 8, SamplingParams(float("nan"))), "temperature"),
+    ("too long for the large model's KV", GenerationRequest([1] * 600, 8, seed=1), "large"),
+]
+
+
+@pytest.mark.parametrize(("what", "req", "message"), BAD, ids=[b[0] for b in BAD])
+def test_rejected_request_leaves_no_trace(fes, what: str, req: GenerationRequest, message: str) -> None:
+    fe = fes.fe["plain"]
+    before = fe.stats()["thresholds"]
+    with pytest.raises(RequestError, match=message):
+        fes.run(fe.generate(req))
+    assert fe.stats()["active_requests"] == 0 and fe.stats()["thresholds"] == before
+    ok = fes.run(fe.generate(_reqs([9])[0]))
+    assert len(ok.output_ids) > 0
+
+
+class _BrokenSocket:
+    def send(self, frame: bytes, flags: int = 0) -> None:
+        raise zmq.ZMQError(zmq.EAGAIN, "injected")
+
+
+def test_failure_at_encode_or_send_undoes_the_admission(fes, monkeypatch) -> None:
+    fe = fes.fe["plain"]
+
+    def no_encode(msgs):
+        raise OverflowError("injected")
+
+    with monkeypatch.context() as m:
+        m.setattr(frontend_module, "encode", no_encode)
+        with pytest.raises(RequestError, match="cannot be encoded"):
+            fes.run(fe.generate(_reqs([3])[0]))
+    assert fe.stats()["active_requests"] == 0
+    real = fe._outboxes[0]
+    fe._outboxes[0] = _BrokenSocket()
+    try:
+        with pytest.raises(RuntimeFailure, match="cannot submit"):
+            fes.run(fe.generate(_reqs([3])[0]))
+    finally:
+        fe._outboxes[0] = real
+    assert fe.stats()["active_requests"] == 0
+    results = fes.run(fe.generate_many(_reqs([3, 4])))
+    assert all(r.finish_reason == "length" for r in results)
