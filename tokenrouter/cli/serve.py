@@ -7,7 +7,9 @@ The config is composed with Hydra from conf/ (or `--config-path/--config-name`):
 
 SIGINT/SIGTERM: stop accepting connections, let in-flight requests finish for up to
 `server.shutdown_timeout_s`, close the front end (every subserver process and socket file) and exit 0.
-A second SIGINT forces the exit (the front end is still closed).
+A second SIGINT forces the exit (the front end is still closed). A subserver that dies turns `/health` into
+503 at once, fails the in-flight requests (503), and the server stops and exits 1 with one line naming the
+model: a supervisor (systemd, Kubernetes, a sweep) restarts it; a half-dead server never keeps answering.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
     """Start the front end, then uvicorn on the bound socket; close the front end however serving ends."""
     from tokenrouter.api import build_algorithm
     from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
-    from tokenrouter.runtime.frontend import TokenRouterFrontend
+    from tokenrouter.runtime.frontend import RuntimeFailure, TokenRouterFrontend
     from tokenrouter.runtime.http_server import ServerOptions, create_app
 
     models = model_specs(cfg.models)
@@ -150,9 +152,16 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
             host, port = sock.getsockname()[:2]
             print(f"{READY_PREFIX}http://{host}:{port} (model {name!r}: {names}, "
                   f"algorithm {algorithm.name}; thresholds: {frontend.thresholds_source})", flush=True)
-        await task
+        closed = asyncio.create_task(frontend.wait_closed())
+        await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():  # the runtime died under a running server: stop serving 503s, exit non-zero
+            server.should_exit = True
+            await task
+        closed.cancel()
     finally:
         await frontend.close()
+    if frontend.failure is not None:
+        raise RuntimeFailure(frontend.failure)
     return 0
 
 

@@ -128,6 +128,7 @@ class TokenRouterFrontend:
         self._failure: str | None = None
         self._started = False
         self._closed = False
+        self._closed_event = asyncio.Event()
         self._vocab = 0
         self._eos: list[int] = []
 
@@ -146,6 +147,29 @@ class TokenRouterFrontend:
         """The entry model's EOS ids, the default stop tokens (known once started; the HTTP server reports
         them so an external dispatcher, e.g. Std. Serving, can stop like TokenRouter does)."""
         return list(self._eos)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the runtime stopped serving (a subserver died, start-up failed); None while healthy."""
+        return self._failure
+
+    def health_problem(self) -> str | None:
+        """None when every subserver is up and serving, else why not. Polls the processes themselves, so a
+        dead model shows the moment it is gone, before the supervisor's next round notices."""
+        if self._failure is not None:
+            return self._failure
+        if self._closed:
+            return "the front end is closed"
+        if self._startup is None or not self._startup.done():
+            return "starting"
+        for name, p in zip(self.model_names, self._procs, strict=True):
+            if p.poll() is not None:
+                return f"subserver {name!r} (pid {p.pid}) exited with code {p.returncode}"
+        return None
+
+    async def wait_closed(self) -> None:
+        """Return once the front end is closed, by close() or because a subserver died (see `failure`)."""
+        await self._closed_event.wait()
 
     # ---- life cycle ----------------------------------------------------------------------------------------
 
@@ -247,6 +271,7 @@ class TokenRouterFrontend:
             if task is not current:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        self._closed_event.set()
 
     def _kill_now(self) -> None:
         """Synchronous last resort (also atexit and SIGTERM): no subserver and no socket file survives."""

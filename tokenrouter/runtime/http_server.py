@@ -380,6 +380,10 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
 
     @app.get("/health")
     async def _health() -> JSONResponse:
+        problem = frontend.health_problem() if hasattr(frontend, "health_problem") else None
+        if problem is not None:  # load balancers and scripts take the status code, not the body
+            return JSONResponse({"status": "unhealthy", "error": problem, "models": list(frontend.model_names)},
+                                status_code=503)
         return JSONResponse({"status": "ok", "models": list(frontend.model_names)})
 
     @app.get("/metrics")
