@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 
+import msgpack
 import pytest
 import zmq
 
@@ -114,3 +116,50 @@ def test_failure_at_encode_or_send_undoes_the_admission(fes, monkeypatch) -> Non
     assert fe.stats()["active_requests"] == 0
     results = fes.run(fe.generate_many(_reqs([3, 4])))
     assert all(r.finish_reason == "length" for r in results)
+
+
+def _endpoints(fe) -> list[str]:
+    return [fe._inbox.getsockopt(zmq.LAST_ENDPOINT).decode(), *(r.endpoint for r in fe._ready)]
+
+
+def _inject(endpoint: str, frames: list[bytes], keys=None) -> None:
+    """Connect from a foreign socket (no keys, or a key pair of its own) and push frames."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    if keys is not None:
+        sock.curve_publickey, sock.curve_secretkey, sock.curve_serverkey = keys
+    sock.connect(endpoint)
+    for f in frames:
+        sock.send(f)
+    time.sleep(0.3)
+    sock.close(linger=0)
+    ctx.term()
+
+
+GARBAGE = [b"\x00\xff garbage", msgpack.packb([[99, 1, 2]]), msgpack.packb([[1, "x", "not-ids", [1]]]),
+           msgpack.packb({"a": 1})]
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_foreign_frames_never_kill_a_process_and_tcp_admits_only_the_run_key(transport: str, capfd) -> None:
+    rt = RuntimeConfig(thresholds=[1, 1], ipc=transport)
+    f = Frontends({"fe": ([SMALL, LARGE], AlgorithmSpec("bernoulli", {"route_prob": 0.35}), rt)})
+    try:
+        fe = f.fe["fe"]
+        server_key = None
+        for endpoint in _endpoints(fe):
+            _inject(endpoint, GARBAGE)
+            if transport == "tcp":  # a client that knows the server key but not the run's key pair
+                server_key = fe._keys.public.encode()
+                public, secret = zmq.curve_keypair()
+                _inject(endpoint, GARBAGE, (public, secret, server_key))
+        results = f.run(fe.generate_many(_reqs([1, 2, 3])))
+        assert [r.finish_reason for r in results] == ["length"] * 3
+        assert all(p.poll() is None for p in fe._procs) and fe.health_problem() is None
+    finally:
+        f.close()
+    err = capfd.readouterr().err
+    if transport == "ipc":  # same-user sockets in the 0700 dir: frames arrive, are dropped and logged
+        assert err.count("dropped a") >= 2 * len(GARBAGE) - 2, err
+    else:  # CURVE: not a single foreign frame got through
+        assert "dropped a" not in err, err

@@ -14,6 +14,7 @@ import asyncio
 import atexit
 import contextlib
 import itertools
+import logging
 import math
 import os
 import signal
@@ -34,7 +35,14 @@ from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
 from tokenrouter.runtime.auto import AutoThresholds
 from tokenrouter.runtime.children import child_env
-from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
+from tokenrouter.runtime.ipc import (
+    CurveKeys,
+    bind_inbox,
+    connect_outbox,
+    private_dir,
+    remove_dir,
+    start_authenticator,
+)
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
     OUT_LOGITS,
@@ -53,6 +61,8 @@ from tokenrouter.runtime.messages import (
     encode,
 )
 from tokenrouter.runtime.thresholds import ThresholdTable
+
+log = logging.getLogger(__name__)
 
 DEATH_GRACE_S = 0.2  # after noticing a dead subserver, wait this long for its Fatal frame (the reason)
 SUPERVISE_PERIOD_S = 0.1
@@ -120,6 +130,8 @@ class TokenRouterFrontend:
         self._stats: list[dict[str, Any] | None] = [None] * len(self.models)
         self._dir: Path | None = None
         self._ctx: zmq.Context | None = None
+        self._keys: CurveKeys | None = None  # runtime.ipc=tcp: the run's CURVE key pair
+        self._auth: Any = None  # its ZAP handler thread
         self._inbox: zmq.Socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._outboxes: list[zmq.Socket] = []
@@ -197,7 +209,10 @@ class TokenRouterFrontend:
         else:
             where = rt.host
         self._ctx = zmq.Context()
-        self._inbox, endpoint = bind_inbox(self._ctx, rt.ipc, where, "frontend")
+        if rt.ipc == "tcp":
+            self._keys = CurveKeys.generate()
+            self._auth = start_authenticator(self._ctx, self._keys)
+        self._inbox, endpoint = bind_inbox(self._ctx, rt.ipc, where, "frontend", self._keys)
         self._loop = loop
         loop.add_reader(self._inbox.getsockopt(zmq.FD), self._on_readable)
         _watch(self)
@@ -205,7 +220,8 @@ class TokenRouterFrontend:
         models = [m.to_dict() for m in self.models]
         for i in range(len(self.models)):
             cfg = subserver.SubserverConfig(i, models, self.algorithm.name, dict(self.algorithm.params),
-                                            asdict(rt), endpoint, rt.ipc, where)
+                                            asdict(rt), endpoint, rt.ipc, where,
+                                            None if self._keys is None else asdict(self._keys))
             self._procs.append(_spawn(cfg.to_blob()))
         self._tasks = [asyncio.create_task(self._supervise())]
         try:
@@ -225,7 +241,7 @@ class TokenRouterFrontend:
             except BaseException:
                 await self.close()
                 raise
-        self._outboxes = [connect_outbox(self._ctx, r.endpoint) for r in ready]
+        self._outboxes = [connect_outbox(self._ctx, r.endpoint, self._keys) for r in ready]
         self._send_all([Peers([r.endpoint for r in ready])])
         self._vocab = min(r.vocab_size for r in ready)
         self._eos = list(ready[0].eos_ids)
@@ -290,6 +306,9 @@ class TokenRouterFrontend:
             if sock is not None:
                 sock.close(linger=0)
         self._outboxes, self._inbox = [], None
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
         if self._ctx is not None:
             self._ctx.term()
         self._ctx = None
@@ -421,7 +440,13 @@ class TokenRouterFrontend:
         """Drain every queued frame (the zmq FD is edge-triggered: read until empty on each wake-up)."""
         sock = self._inbox
         while sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            for msg in decode(sock.recv(zmq.NOBLOCK)):
+            frame = sock.recv(zmq.NOBLOCK)
+            try:
+                msgs = decode(frame)
+            except ValueError as exc:  # not from a subserver of ours: drop it, never die of it
+                log.warning("front end: dropped a %d-byte frame: %s", len(frame), exc)
+                continue
+            for msg in msgs:
                 if isinstance(msg, Report):
                     self._on_report(msg)
                 elif isinstance(msg, Ready):

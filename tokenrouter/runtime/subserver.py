@@ -28,7 +28,7 @@ from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepRe
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.errors import UserError
-from tokenrouter.runtime.ipc import bind_inbox, connect_outbox
+from tokenrouter.runtime.ipc import CurveKeys, bind_inbox, connect_outbox, start_authenticator
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
     OUT_LOGITS,
@@ -66,6 +66,11 @@ class SubserverConfig:
     frontend: str  # the front end's inbox endpoint
     transport: str  # "ipc" | "tcp"
     where: str  # ipc: private dir; tcp: host to bind
+    curve: dict[str, str] | None = None  # tcp: the run's CURVE keys (CurveKeys fields); stdin only, never logged
+
+    @property
+    def keys(self) -> CurveKeys | None:
+        return None if self.curve is None else CurveKeys(**self.curve)
 
     def to_blob(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)
@@ -113,6 +118,7 @@ class Subserver:
         self.inbox = inbox
         self.to_frontend = to_frontend
         self.peers: dict[int, zmq.Socket] = {}
+        self.keys = cfg.keys
         capacity = engine.tokens_free() + engine.tokens_used()
         self.sched = Scheduler(capacity, spec.page_size, rt.max_batch_size, rt.max_step_tokens,
                                rt.max_wait_ms / 1000.0)
@@ -129,8 +135,18 @@ class Subserver:
 
     def drain(self) -> None:
         while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            for msg in decode(self.inbox.recv(zmq.NOBLOCK)):
-                self.handle(msg)
+            frame = self.inbox.recv(zmq.NOBLOCK)
+            try:
+                msgs = decode(frame)
+            except ValueError as exc:  # never die on a frame that is not ours: drop it, say so
+                print(f"subserver {self.engine.name!r}: dropped a {len(frame)}-byte frame: {exc}", file=sys.stderr)
+                continue
+            for msg in msgs:
+                try:
+                    self.handle(msg)
+                except Exception as exc:  # well-formed but nonsensical (wrong field types): the same
+                    print(f"subserver {self.engine.name!r}: dropped a {type(msg).__name__} message: "
+                          f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
     def handle(self, msg: Message) -> None:
         now = time.perf_counter()
@@ -145,7 +161,7 @@ class Subserver:
         elif isinstance(msg, Peers):
             for i, endpoint in enumerate(msg.endpoints):
                 if i != self.index and i not in self.peers:
-                    self.peers[i] = connect_outbox(self.ctx, endpoint)
+                    self.peers[i] = connect_outbox(self.ctx, endpoint, self.keys)
         elif isinstance(msg, Abort):
             self.aborted[msg.rid] = now
             self.drop(msg.rid)
@@ -365,7 +381,9 @@ def main(blob: bytes) -> None:
     _die_with_parent()
     cfg = SubserverConfig.from_blob(blob)
     ctx = zmq.Context()
-    to_frontend = connect_outbox(ctx, cfg.frontend)
+    keys = cfg.keys
+    auth = None if keys is None else start_authenticator(ctx, keys)
+    to_frontend = connect_outbox(ctx, cfg.frontend, keys)
     status = 0
     try:
         spec = ModelSpec.from_dict(cfg.models[cfg.index])
@@ -380,7 +398,7 @@ def main(blob: bytes) -> None:
         algo = build_algorithm(cfg.algorithm, cfg.index, names, cfg.algorithm_params)
         algo.bind(engine)
         profile = _startup_profile(spec, engine, RuntimeConfig.from_dict(cfg.runtime), len(cfg.models))
-        inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}")
+        inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}", keys)
         ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
         to_frontend.send(encode([ready]))
         Subserver(cfg, engine, algo, ctx, inbox, to_frontend).run()
@@ -395,6 +413,8 @@ def main(blob: bytes) -> None:
         to_frontend.send(encode([Fatal(cfg.index, text)]))
     finally:
         to_frontend.close(linger=2000)  # let a final Report / Fatal reach the front end
+        if auth is not None:
+            auth.stop()
         ctx.destroy(linger=0)
     sys.stderr.flush()
     os._exit(status)  # everything is flushed; skip the slow interpreter teardown of torch
