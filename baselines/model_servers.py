@@ -24,10 +24,10 @@ from pathlib import Path
 
 import httpx
 
+from tokenrouter.children import die_with_parent
 from tokenrouter.cli.serve import READY_PREFIX
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
-from tokenrouter.runtime.subserver import _die_with_parent
 
 KINDS = ("tokenrouter", "sglang")
 STOP_GRACE_S = 15.0
@@ -85,7 +85,7 @@ async def launch_tokenrouter(spec: ModelSpec, runtime: RuntimeConfig, seed: int,
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "tokenrouter", "serve", "-cp", str(workdir), "-cn", stem,
             stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
     assert proc.stdout is not None
     try:
@@ -147,7 +147,7 @@ async def launch_sglang(spec: ModelSpec, seed: int, workdir: Path, index: int, t
     log_path = workdir / f"sglang{index}.log"
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-                                                    preexec_fn=_die_with_parent)
+                                                    preexec_fn=die_with_parent)
     server = ModelServer(spec.name, f"http://127.0.0.1:{port}", proc, log_path)
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient(timeout=5.0) as client:

@@ -59,7 +59,7 @@ class ModelSpec:
     engine: str = "torch"
     dtype: str = "float32"
     device: str = "cpu"
-    tp: int = 1  # tensor-parallel size (takes effect with the sglang engine)
+    tp: int = 1  # tensor-parallel ranks (torch: one process per rank, GPU ranks on cuda:K .. K+tp-1)
     threads: int = 1  # CPU threads for this engine's process
     kv_tokens: int = 65536  # KV pool size in tokens (or derive from kv_bytes / mem_fraction)
     kv_bytes: int | None = None
@@ -81,11 +81,14 @@ class ModelSpec:
             raise UserError(f"model {self.name!r}: `source` is required for engine {self.engine!r}")
         if self.kv_tokens <= 0 or self.page_size <= 0 or self.threads <= 0 or self.tp <= 0:
             raise UserError(f"model {self.name!r}: kv_tokens, page_size, threads and tp must be positive")
+        if self.tp > 1 and self.engine == "sim":
+            raise UserError(f"model {self.name!r}: tp={self.tp} is not available on engine 'sim' (a sim engine models "
+                            "a TP setting by its latencies: give it that setting's profile)")
         if self.prefix_cache_tokens < 0:
             raise UserError(f"model {self.name!r}: prefix_cache_tokens must be >= 0")
         if not _DEVICE.match(self.device):
             raise UserError(f"model {self.name!r}: device must be cpu, cuda or cuda:N (one device per model; "
-                            f"several GPUs per model take engine=sglang and tp), got {self.device!r}")
+                            f"several GPUs per model take tp: ranks use cuda:K .. K+tp-1), got {self.device!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

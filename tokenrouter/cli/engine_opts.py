@@ -17,14 +17,16 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default: 1)")
     parser.add_argument("--kv-tokens", type=int, default=65536, help="KV pool size in tokens (default: 65536)")
     parser.add_argument("--page-size", type=int, default=16, help="KV page size in tokens (default: 16)")
+    parser.add_argument("--tp", type=int, default=1,
+                        help="tensor-parallel ranks, one process each (gloo on CPU, NCCL on GPU; default: 1)")
 
 
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
     return ModelSpec(name=args.model, source=args.model, engine="torch", dtype=args.dtype, device=args.device,
-                     threads=args.threads, kv_tokens=args.kv_tokens, page_size=args.page_size)
+                     threads=args.threads, kv_tokens=args.kv_tokens, page_size=args.page_size, tp=args.tp)
 
 
 def engine_from_args(args: argparse.Namespace) -> Engine:
-    from tokenrouter.engine.torch_engine import TorchEngine
+    from tokenrouter.engine.factory import build_engine
 
-    return TorchEngine.from_spec(spec_from_args(args))
+    return build_engine(spec_from_args(args))

@@ -84,20 +84,22 @@ def run(argv: list[str]) -> int:
         raise UserError("need --temperature >= 0, 0 < --top-p <= 1 and --top-k >= 0")
     prompts = _read_prompts(args)
     engine = engine_from_args(args)
-    tok = getattr(engine, "tokenizer", None)
-    jobs = [
-        Job(_encode(p, tok, args.chat, engine.vocab_size), args.max_new_tokens,
-            SamplingParams(args.temperature, args.top_p, args.top_k, seed=args.seed + i), engine.eos_token_ids)
-        for i, p in enumerate(prompts)
-    ]
-    done: dict[int, Any] = {}
-    next_out = 0
-    for fin in run_batch(engine, jobs, args.max_batch_size):
-        done[fin.index] = fin
-        while next_out in done:
-            _print(done.pop(next_out), tok, args.json)
-            next_out += 1
-    engine.close()
+    try:  # close() also stops tensor-parallel ranks
+        tok = getattr(engine, "tokenizer", None)
+        jobs = [
+            Job(_encode(p, tok, args.chat, engine.vocab_size), args.max_new_tokens,
+                SamplingParams(args.temperature, args.top_p, args.top_k, seed=args.seed + i), engine.eos_token_ids)
+            for i, p in enumerate(prompts)
+        ]
+        done: dict[int, Any] = {}
+        next_out = 0
+        for fin in run_batch(engine, jobs, args.max_batch_size):
+            done[fin.index] = fin
+            while next_out in done:
+                _print(done.pop(next_out), tok, args.json)
+                next_out += 1
+    finally:
+        engine.close()
     return 0
 
 

@@ -14,6 +14,11 @@ if TYPE_CHECKING:  # torch only for annotations: weightless engines never import
     import torch
 
 
+class EngineFailure(RuntimeError):
+    """The engine itself is broken (e.g. a tensor-parallel rank died): no request can be served any more, so
+    the subserver stops instead of failing requests one by one."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Per-request sampling. temperature == 0 means greedy. A seed makes sampling reproducible per position,

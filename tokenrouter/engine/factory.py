@@ -17,6 +17,10 @@ def build_engine(spec: ModelSpec) -> Engine:
 
 
 def _build_bare(spec: ModelSpec) -> Engine:
+    if spec.tp > 1 and spec.engine == "torch":  # rank 0 of a group of processes (sim refuses tp in its spec)
+        from tokenrouter.engine.tp import TensorParallelEngine
+
+        return TensorParallelEngine(spec)
     if spec.engine == "torch":
         from tokenrouter.engine.torch_engine import TorchEngine
 

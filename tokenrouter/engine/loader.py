@@ -79,12 +79,17 @@ def _from_pretrained(fn: Any, src: ResolvedSource, what: str, **kwargs: Any) -> 
         raise UserError(f"cannot load {what} from {where}{hint}: {first_line(exc)}") from None
 
 
-def load_model(source: str, dtype: str = "float32", device: str = "cpu"):
-    """The model (eval mode, on `device`) for `source`."""
+def load_model(source: str, dtype: str = "float32", device: str = "cpu", tp: int = 1):
+    """The model (eval mode, on `device`) for `source`; with tp > 1 this rank's shard under the model's own
+    TP plan (torch.distributed must already be initialised: engine/tp.py)."""
     from transformers import AutoModelForCausalLM
 
     src = resolve_source(source)
     extra = _gguf_overrides(Path(src.location) / src.gguf_file) if src.gguf_file else {}
+    if tp > 1:
+        from transformers.distributed import DistributedConfig
+
+        extra["distributed_config"] = DistributedConfig(tp_plan="auto", tp_size=tp)
     if device != "cpu":  # load the weights straight onto the GPU: a 32B model would need 64 GB of host RAM first
         extra["device_map"] = device
     model = _from_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch_dtype(dtype), **extra)
@@ -93,6 +98,19 @@ def load_model(source: str, dtype: str = "float32", device: str = "cpu"):
     except (RuntimeError, AssertionError) as exc:
         raise UserError(f"cannot move model {source!r} to device {device!r}: {exc}") from None
     return model.eval()
+
+
+def check_tp(source: str, tp: int, name: str) -> None:
+    """One line before any rank starts if `tp` cannot split the model's attention heads evenly."""
+    from transformers import AutoConfig
+
+    src = resolve_source(source)
+    extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
+    cfg = _from_pretrained(AutoConfig.from_pretrained, src, "model config", **extra)
+    heads = int(cfg.num_attention_heads)
+    kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
+    if heads % tp or kv_heads % tp:
+        raise UserError(f"model {name!r}: tp={tp} must divide its {heads} attention heads and {kv_heads} KV heads")
 
 
 def _gguf_overrides(path: Path) -> dict[str, Any]:

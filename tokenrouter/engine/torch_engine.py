@@ -30,6 +30,7 @@ class TorchEngine(Engine):
         kv_bytes: int | None = None,
         mem_fraction: float | None = None,
         tokenizer: Any = None,
+        tp: int = 1,
     ) -> None:
         cfg = model.config
         if getattr(cfg, "use_sliding_window", False) or getattr(cfg, "sliding_window", None) and any(
@@ -49,25 +50,25 @@ class TorchEngine(Engine):
         self.hidden_size = int(cfg.hidden_size)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        layout = KVLayout(
-            num_layers=cfg.num_hidden_layers,
-            num_kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
-            head_dim=head_dim,
-            dtype=self.dtype,
-        )
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        # (tp divides the heads: loader.check_tp ran before any rank started) under a TP plan each rank's attention sees its shard of the heads, so its pool holds only those
+        layout = KVLayout(num_layers=cfg.num_hidden_layers, num_kv_heads=kv_heads // tp, head_dim=head_dim,
+                          dtype=self.dtype)
+        self._embeddings = _local_embeddings(model.get_input_embeddings())
         tokens = pool_tokens(layout, self.device, kv_tokens, kv_bytes, mem_fraction)
         self.pool = KVPool(layout, tokens, page_size, self.device)
         self.page_size = page_size
 
     @classmethod
-    def from_spec(cls, spec: ModelSpec) -> TorchEngine:
+    def from_spec(cls, spec: ModelSpec, tp: int = 1) -> TorchEngine:
+        """This process's engine for `spec`; with tp > 1, one rank's shard (called on every rank: tp.py)."""
         from tokenrouter.engine.loader import load_model, load_tokenizer
 
         if spec.device == "cpu" or spec.device.startswith("cpu"):
             torch.set_num_threads(spec.threads)
         elif spec.device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"model {spec.name!r}: device {spec.device!r} requested but CUDA is not available")
-        model = load_model(spec.source, spec.dtype, spec.device)
+        model = load_model(spec.source, spec.dtype, spec.device, tp)
         return cls(
             model,
             name=spec.name,
@@ -76,6 +77,7 @@ class TorchEngine(Engine):
             kv_bytes=spec.kv_bytes,
             mem_fraction=spec.mem_fraction,
             tokenizer=load_tokenizer(spec.source),
+            tp=tp,
         )
 
     # ---- the step -----------------------------------------------------------------------------------------
@@ -156,11 +158,21 @@ class TorchEngine(Engine):
         return self.pool.can_fit(rid, num_new_tokens)
 
     def input_embeddings(self) -> torch.nn.Embedding:
-        return self.model.get_input_embeddings()
+        return self._embeddings
 
     def close(self) -> None:
         for rid in self.pool.requests():
             self.pool.free(rid)
+
+
+def _local_embeddings(emb: torch.nn.Embedding) -> torch.nn.Embedding:
+    """The input embedding as an ordinary module. Under a TP plan its weight may be a sharded DTensor, whose
+    lookup is a collective; routers call it on rank 0 alone, so every rank gathers a local copy once here."""
+    weight = emb.weight
+    if not hasattr(weight, "full_tensor"):
+        return emb
+    with torch.no_grad():
+        return torch.nn.Embedding.from_pretrained(weight.full_tensor().detach().clone(), freeze=True)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:

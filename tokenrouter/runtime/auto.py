@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import Any
 
 from tokenrouter.api import build_algorithm
+from tokenrouter.children import child_env
 from tokenrouter.config import AUTO_PROFILE, AlgorithmSpec, ModelSpec
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.engine.sim import sim_latency
 from tokenrouter.errors import UserError
-from tokenrouter.runtime.children import child_env
 from tokenrouter.runtime.thresholds import ThresholdTable
 
 log = logging.getLogger(__name__)

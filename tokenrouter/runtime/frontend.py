@@ -29,12 +29,12 @@ from typing import Any
 
 import zmq
 
+from tokenrouter.children import child_env
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
 from tokenrouter.runtime.auto import AutoThresholds
-from tokenrouter.runtime.children import child_env
 from tokenrouter.runtime.ipc import (
     CurveKeys,
     bind_inbox,

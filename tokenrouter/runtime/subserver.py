@@ -10,7 +10,7 @@ When nothing is due the loop blocks on its inbox (zmq poll with a timeout): no b
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import os
 import signal
 import statistics
@@ -25,8 +25,9 @@ import msgpack
 import zmq
 
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
-from tokenrouter.engine.base import Engine, StepItem
+from tokenrouter.engine.base import Engine, EngineFailure, StepItem
 from tokenrouter.errors import UserError
 from tokenrouter.runtime.ipc import CurveKeys, bind_inbox, connect_outbox, start_authenticator
 from tokenrouter.runtime.messages import (
@@ -226,6 +227,8 @@ class Subserver:
             if len(dests) != len(batch) or any(not 0 <= d < self.num_models for d in dests):
                 raise ValueError(f"algorithm {self.algo.name!r} returned destinations {dests} for "
                                  f"{len(batch)} requests and {self.num_models} models")
+        except EngineFailure:
+            raise  # the engine is gone (a TP rank died): stop, the front end fails every request
         except Exception as exc:  # a failed step fails its requests, never the server or their batch mates
             self.counters.step_s += time.perf_counter() - t0
             self.isolate(batch, kv_before, f"{type(exc).__name__}: {exc}")
@@ -361,15 +364,6 @@ def _startup_profile(spec: ModelSpec, engine: Engine, rt: RuntimeConfig, num_mod
     return profile_at_startup(engine, spec.to_dict(), rt.auto_max_concurrency, cache_dir() / "profiles")
 
 
-def _die_with_parent() -> None:
-    """Linux: get SIGTERM if the front end process dies, even by SIGKILL (no orphan subservers)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the parent-pid check in the idle loop covers it
-        pass
-
-
 def _on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
@@ -378,13 +372,14 @@ def main(blob: bytes) -> None:
     """Process entry point. Exit status 0 on shutdown, 1 on a fatal error."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front end, which shuts us down
     signal.signal(signal.SIGTERM, _on_sigterm)
-    _die_with_parent()
+    die_with_parent()
     cfg = SubserverConfig.from_blob(blob)
     ctx = zmq.Context()
     keys = cfg.keys
     auth = None if keys is None else start_authenticator(ctx, keys)
     to_frontend = connect_outbox(ctx, cfg.frontend, keys)
     status = 0
+    engine: Engine | None = None
     try:
         spec = ModelSpec.from_dict(cfg.models[cfg.index])
         if spec.engine != "sim":  # a sim subserver never imports torch (seconds of start-up)
@@ -406,12 +401,15 @@ def main(blob: bytes) -> None:
         pass
     except BaseException as exc:  # report why, then exit non-zero
         status = 1
-        if isinstance(exc, UserError):
+        if isinstance(exc, UserError | EngineFailure):
             text = str(exc)
         else:
             text = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
         to_frontend.send(encode([Fatal(cfg.index, text)]))
     finally:
+        if engine is not None:  # tensor-parallel ranks are told to stop and are waited for
+            with contextlib.suppress(Exception):
+                engine.close()
         to_frontend.close(linger=2000)  # let a final Report / Fatal reach the front end
         if auth is not None:
             auth.stop()

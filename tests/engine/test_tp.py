@@ -1,0 +1,98 @@
+"""Tensor parallelism on the torch engine (real rank processes, gloo on this CPU): a tp=2 engine behaves
+exactly like tp=1 over mixed batches, park + extend and truncate; bad settings are one line; a dead rank
+stops the engine instead of hanging it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tokenrouter.config import ModelSpec
+from tokenrouter.engine.base import EngineFailure, StepItem
+from tokenrouter.engine.factory import build_engine
+from tokenrouter.errors import UserError
+
+
+def _spec(source: str, tp: int) -> ModelSpec:
+    return ModelSpec(name=f"tp{tp}", source=source, engine="torch", kv_tokens=2048, tp=tp)
+
+
+def _scenario(engine) -> tuple[list[list[int]], list[torch.Tensor]]:
+    """Prefills joining mid-way, decodes, a request parked for 3 steps then resumed by a 4-token extend, and
+    a truncate + re-extend; returns every step's tokens and logits."""
+    tokens: list[list[int]] = []
+    logits: list[torch.Tensor] = []
+    out: dict[str, list[int]] = {"a": [], "b": [], "c": []}
+
+    def step(items: list[StepItem]) -> None:
+        res = engine.step(items)
+        tokens.append(list(res.next_tokens))
+        logits.append(res.logits)
+        for it, tok in zip(items, res.next_tokens, strict=True):
+            out[it.rid].append(int(tok))
+
+    step([StepItem("a", [5, 6, 7, 8]), StepItem("b", [9, 10])])
+    step([StepItem("a", [out["a"][-1]]), StepItem("b", [out["b"][-1]]), StepItem("c", [11, 12, 13])])
+    for _ in range(3):  # b is parked (another model generates for it)
+        step([StepItem("a", [out["a"][-1]]), StepItem("c", [out["c"][-1]])])
+    step([StepItem("b", [out["b"][-1], 20, 21, 22]), StepItem("a", [out["a"][-1]])])  # the extend
+    engine.truncate("a", 5)  # a peer disagreed after position 5
+    step([StepItem("a", [30, 31]), StepItem("c", [out["c"][-1]])])
+    engine.release("b")
+    step([StepItem("b", [1, 2, 3])])  # released and reused
+    return tokens, logits
+
+
+@pytest.mark.parametrize("source", ["tiny-random:large", "tiny-random:small"])
+def test_tp2_equals_tp1_step_by_step(source: str) -> None:
+    ref_engine = build_engine(_spec(source, 1))
+    ref_tokens, ref_logits = _scenario(ref_engine)
+    engine = build_engine(_spec(source, 2))
+    try:
+        assert engine.seq_len("a") == 0 and engine.vocab_size == ref_engine.vocab_size
+        tokens, logits = _scenario(engine)
+        assert engine.seq_len("a") == ref_engine.seq_len("a") == 7
+        assert engine.tokens_used() == ref_engine.tokens_used()
+        emb = engine.input_embeddings()(torch.tensor([3, 4]))  # a plain local module: no collective on rank 0
+        assert torch.allclose(emb, ref_engine.input_embeddings()(torch.tensor([3, 4])))
+    finally:
+        engine.close()
+    assert tokens == ref_tokens
+    for a, b in zip(logits, ref_logits, strict=True):
+        assert torch.allclose(a, b, atol=1e-4)
+
+
+def test_bad_tp_settings_are_one_line() -> None:
+    with pytest.raises(UserError, match="tp=4 must divide its 8 attention heads and 2 KV heads"):
+        build_engine(_spec("tiny-random:large", 4))
+    with pytest.raises(UserError, match="not available on engine 'sim'"):
+        ModelSpec(name="s", engine="sim", tp=2)
+
+
+def test_a_dead_rank_fails_the_engine_not_a_request() -> None:
+    engine = build_engine(_spec("tiny-random:small", 2))
+    try:
+        engine.step([StepItem("a", [1, 2, 3])])
+        worker = engine.procs[0]
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(5)
+        with pytest.raises(EngineFailure, match="rank"):
+            engine.step([StepItem("a", [4])])
+    finally:
+        engine.close()
+
+
+def test_generate_cli_tp2_equals_tp1() -> None:
+    def run(tp: int) -> str:
+        proc = subprocess.run([sys.executable, "-m", "tokenrouter", "generate", "--model", "tiny-random:large",
+                               "--tp", str(tp), "--prompt", "12+34=", "--prompt", "x", "--max-new-tokens", "10",
+                               "--json"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert run(2) == run(1)

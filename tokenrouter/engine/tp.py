@@ -1,0 +1,241 @@
+"""Tensor parallelism for the torch engine: one process per rank, rank 0 drives, the others mirror.
+
+Why this shape: the subserver (or `tokenrouter generate`) stays one scheduler. It is rank 0; it starts ranks
+1..N-1 as `python -m tokenrouter.engine.tp_worker` (config as msgpack on stdin, no pickle), and every call that
+changes KV state (step, release, truncate) is first broadcast to them as one msgpack frame over a gloo
+group, then run on every rank: transformers' TP plan makes the forward itself collective, and each rank's KV
+pool holds its shard of the KV heads. Queries (seq_len, tokens_free) are answered locally: every rank holds
+the same bookkeeping. The rendezvous is a file store in a private 0700 directory (no listening store
+port); a rank that dies makes rank 0's next call fail with EngineFailure, which stops the subserver.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import torch
+import torch.distributed as dist
+
+from tokenrouter.children import child_env
+from tokenrouter.config import ModelSpec
+from tokenrouter.engine.base import Engine, EngineFailure, SamplingParams, StepItem, StepOutput
+from tokenrouter.errors import UserError
+
+if TYPE_CHECKING:
+    from tokenrouter.engine.torch_engine import TorchEngine
+
+COLLECTIVE_TIMEOUT_S = 300.0  # a rank that stops answering fails the step after this long
+STEP, RELEASE, TRUNCATE, CLOSE = 1, 2, 3, 4
+
+
+@dataclass
+class RankConfig:
+    """What a worker rank needs (sent on its stdin)."""
+
+    spec: dict[str, Any]
+    rank: int
+    world: int
+    store: str  # the file store's path
+
+    def to_blob(self) -> bytes:
+        return msgpack.packb(asdict(self), use_bin_type=True)
+
+    @classmethod
+    def from_blob(cls, blob: bytes) -> RankConfig:
+        return cls(**msgpack.unpackb(blob, raw=False))
+
+
+def rank_device(spec: ModelSpec, rank: int) -> str:
+    """CPU ranks share the host; GPU ranks take consecutive devices from the model's own (cuda:K -> K + rank)."""
+    if spec.device == "cpu":
+        return "cpu"
+    base = int(spec.device.split(":")[1]) if ":" in spec.device else 0
+    return f"cuda:{base + rank}"
+
+
+def init_group(cfg: RankConfig) -> Any:
+    """Join the process group (NCCL for GPU forwards, gloo on CPU) and return the gloo group for commands."""
+    device = rank_device(ModelSpec.from_dict(cfg.spec), cfg.rank)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # rank-to-rank traffic stays on loopback
+    timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
+    dist.init_process_group(backend, init_method=f"file://{cfg.store}", rank=cfg.rank, world_size=cfg.world,
+                            timeout=timeout)
+    return dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
+
+
+def build_rank_engine(cfg: RankConfig) -> TorchEngine:
+    """This rank's TorchEngine over its shard (every rank runs the same code, so the collectives pair up)."""
+    from tokenrouter.engine.torch_engine import TorchEngine
+
+    spec = ModelSpec.from_dict({**cfg.spec, "device": rank_device(ModelSpec.from_dict(cfg.spec), cfg.rank)})
+    return TorchEngine.from_spec(spec, tp=cfg.world)
+
+
+def send_command(group: Any, command: list[Any]) -> None:
+    frame = torch.frombuffer(bytearray(msgpack.packb(command, use_bin_type=True)), dtype=torch.uint8)
+    dist.broadcast(torch.tensor([frame.numel()], dtype=torch.int64), src=0, group=group)
+    dist.broadcast(frame, src=0, group=group)
+
+
+def recv_command(group: Any) -> list[Any]:
+    size = torch.zeros(1, dtype=torch.int64)
+    dist.broadcast(size, src=0, group=group)
+    frame = torch.empty(int(size.item()), dtype=torch.uint8)
+    dist.broadcast(frame, src=0, group=group)
+    return msgpack.unpackb(frame.numpy().tobytes(), raw=False)
+
+
+def items_to_wire(items: list[StepItem]) -> list[Any]:
+    return [[it.rid, it.token_ids, [it.sampling.temperature, it.sampling.top_p, it.sampling.top_k, it.sampling.seed],
+             it.prompt_len] for it in items]
+
+
+def items_from_wire(wire: list[Any]) -> list[StepItem]:
+    return [StepItem(rid, list(ids), SamplingParams(*s), plen) for rid, ids, s, plen in wire]
+
+
+def apply_command(engine: Engine, command: list[Any]) -> bool:
+    """Run one broadcast command on a worker rank; False once told to close."""
+    op = command[0]
+    if op == STEP:
+        engine.step(items_from_wire(command[1]))
+    elif op == RELEASE:
+        engine.release(command[1])
+    elif op == TRUNCATE:
+        engine.truncate(command[1], command[2])
+    elif op == CLOSE:
+        return False
+    else:
+        raise ValueError(f"unknown TP command {op!r}")
+    return True
+
+
+class TensorParallelEngine(Engine):
+    """Rank 0 of a TP group: forwards every state change to the worker ranks, then runs it on its own shard."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        from tokenrouter.engine.loader import check_tp
+
+        check_tp(spec.source, spec.tp, spec.name)
+        self._dir: Path | None = Path(tempfile.mkdtemp(prefix="tokenrouter-tp-"))  # 0700
+        self.procs: list[subprocess.Popen] = []
+        self.group: Any = None
+        self.name = spec.name
+        store = str(self._dir / "store")
+        try:
+            for rank in range(1, spec.tp):
+                blob = RankConfig(spec.to_dict(), rank, spec.tp, store).to_blob()
+                proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.engine.tp_worker"], stdin=subprocess.PIPE,
+                                        env=child_env())
+                assert proc.stdin is not None
+                proc.stdin.write(blob)
+                proc.stdin.close()
+                self.procs.append(proc)
+            self.group, self.inner = self._start_rank0(RankConfig(spec.to_dict(), 0, spec.tp, store))
+        except BaseException:
+            self.close()
+            raise
+        self.vocab_size = self.inner.vocab_size
+        self.hidden_size = self.inner.hidden_size
+        self.eos_token_ids = self.inner.eos_token_ids
+        self.device = self.inner.device
+        self.tokenizer = getattr(self.inner, "tokenizer", None)
+
+    def _start_rank0(self, cfg: RankConfig) -> tuple[Any, TorchEngine]:
+        """Rendezvous and load in a thread while watching the workers: a rank that fails to start (bad model,
+        import error) ends start-up with one line at once, instead of a rendezvous that waits for it."""
+        done: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                group = init_group(cfg)
+                done["ok"] = (group, build_rank_engine(cfg))
+            except BaseException as exc:
+                done["error"] = exc
+
+        thread = threading.Thread(target=run, name="tp-rank0-start", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.1)
+            failed = [(r, p.returncode) for r, p in enumerate(self.procs, 1) if p.poll() not in (None, 0)]
+            if failed and thread.is_alive():
+                rank, code = failed[0]
+                raise UserError(f"model {self.name!r}: tensor-parallel rank {rank} failed to start (exit code {code})")
+        if "error" in done:
+            raise done["error"]
+        return done["ok"]
+
+    def _broadcast(self, command: list[Any]) -> None:
+        dead = [p.pid for p in self.procs if p.poll() is not None]
+        if dead:
+            raise EngineFailure(f"model {self.name!r}: tensor-parallel rank process(es) {dead} exited")
+        try:
+            send_command(self.group, command)
+        except RuntimeError as exc:
+            raise EngineFailure(f"model {self.name!r}: tensor-parallel group failed: {exc}") from None
+
+    def step(self, items: list[StepItem]) -> StepOutput:
+        self._broadcast([STEP, items_to_wire(items)])
+        try:
+            return self.inner.step(items)
+        except RuntimeError as exc:  # a collective failed mid-forward: the group is gone, not the request
+            if any(p.poll() is not None for p in self.procs):
+                raise EngineFailure(f"model {self.name!r}: a tensor-parallel rank died mid-step: {exc}") from None
+            raise
+
+    def release(self, rid: str) -> None:
+        if rid in self.inner.pool:  # the runtime releases ids it never stepped too: no broadcast for those
+            self._broadcast([RELEASE, rid])
+        self.inner.release(rid)
+
+    def truncate(self, rid: str, length: int) -> None:
+        self._broadcast([TRUNCATE, rid, length])
+        self.inner.truncate(rid, length)
+
+    def seq_len(self, rid: str) -> int:
+        return self.inner.seq_len(rid)
+
+    def tokens_free(self) -> int:
+        return self.inner.tokens_free()
+
+    def tokens_used(self) -> int:
+        return self.inner.tokens_used()
+
+    def can_fit(self, rid: str, num_new_tokens: int) -> bool:
+        return self.inner.can_fit(rid, num_new_tokens)
+
+    def input_embeddings(self) -> torch.nn.Embedding | None:
+        return self.inner.input_embeddings()
+
+    def close(self) -> None:
+        """Tell the ranks to stop (if the group is up), then make sure they are gone. Safe to call twice."""
+        if self.group is not None and all(p.poll() is None for p in self.procs):
+            try:
+                send_command(self.group, [CLOSE])
+            except RuntimeError:
+                pass
+        self.group = None
+        for p in self.procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None

@@ -1,0 +1,37 @@
+"""A tensor-parallel worker rank (`python -m tokenrouter.engine.tp_worker`, RankConfig as msgpack on stdin).
+
+It loads its shard, then mirrors rank 0: every command rank 0 broadcasts (step, release, truncate) is run
+here in the same order, so each collective inside the forward meets its partner. It exits 0 when told to
+close, 1 with one line on stderr on any failure, and dies with its parent (PDEATHSIG): no orphan ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from tokenrouter.children import die_with_parent
+from tokenrouter.engine.tp import RankConfig, apply_command, build_rank_engine, init_group, recv_command
+from tokenrouter.errors import first_line
+
+
+def main(blob: bytes) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front end, which shuts rank 0 down
+    die_with_parent()
+    cfg = RankConfig.from_blob(blob)
+    try:
+        group = init_group(cfg)
+        engine = build_rank_engine(cfg)
+        while apply_command(engine, recv_command(group)):
+            pass
+    except Exception as exc:
+        print(f"tensor-parallel rank {cfg.rank}: {type(exc).__name__}: {first_line(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    status = main(sys.stdin.buffer.read())
+    sys.stderr.flush()
+    os._exit(status)  # skip torch's slow teardown (and gloo's destructor, whose peer may be gone)
