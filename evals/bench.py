@@ -247,6 +247,7 @@ def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> di
         "experiment": cfg.get("experiment_name"),
         "system": cfg.system.name,
         "model_set": cfg.models.get("name"),
+        "tp": "/".join(str(m.get("tp", 1)) for m in cfg.models.members),  # per member, e.g. "1/2"
         "algorithm": plain(cfg.algorithm),
         "workload": workload,
         "arrival": arrival,

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from evals.report import PER_REQUEST, PREDICTED, STEADY, THROUGHPUT, has, select, series_label  # noqa: E402
+from evals.report import PER_REQUEST, PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 MEASURED = "measured_tok_s"
@@ -41,14 +41,27 @@ def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return points.loc[keep].sort_values(x)
 
 
+def series_across_setups(runs: pd.DataFrame) -> pd.Series:
+    """Legend names that also tell model pairs and tensor-parallel settings apart where a workload's runs
+    span several: one frontier per (method, pair, TP), e.g. "tokenrouter (r2r) · 0.6B/32B · TP 1/2"."""
+    names = runs.apply(series_label, axis=1)
+    for column, label in (("model_set", pair_label), ("tp", lambda tp: f"TP {tp}")):
+        if column not in runs:
+            continue
+        varies = runs.groupby("workload")[column].transform(lambda c: c.nunique(dropna=True) > 1).astype(bool)
+        names = names.where(~varies, names + " · " + runs[column].map(label))
+    return names
+
+
 def pareto_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     """Accuracy vs per-request throughput, one marker style per system, one frontier line per series; one
     figure per workload (`pareto_<workload>`)."""
-    runs = has(select(df, "pareto"), "accuracy", PER_REQUEST, "system").copy()
+    studies = pd.concat([select(df, "pareto"), select(df, "tp_sweep")])
+    runs = has(studies[~studies.index.duplicated()], "accuracy", PER_REQUEST, "system").copy()
     if len(runs) < 2:
         return []
-    runs["series"] = runs.apply(series_label, axis=1)
     runs["workload"] = runs["workload"].fillna("workload")
+    runs["series"] = series_across_setups(runs)
     series = sorted(runs["series"].unique())
     palette = dict(zip(series, sns.color_palette("tab10", len(series)), strict=True))
     markers = {s: MARKERS[i % len(MARKERS)] for i, s in enumerate(sorted(runs["system"].unique()))}

@@ -1,0 +1,36 @@
+"""Legend series of the frontier plots: one frontier per method, model pair and TP setting, named only by
+what varies within a workload."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from evals.plots import pareto_plot, series_across_setups
+
+
+def _runs(rows: list[tuple[str, str, str]]) -> pd.DataFrame:
+    return pd.DataFrame([{"system": "tokenrouter", "algorithm": "r2r", "workload": w, "model_set": m, "tp": tp}
+                         for w, m, tp in rows])
+
+
+def test_series_name_pairs_and_tp_only_where_they_vary() -> None:
+    runs = _runs([("amc23", "qwen3-0.6b-32b", "1/1"), ("amc23", "qwen3-0.6b-32b", "1/2"),
+                  ("amc23", "qwen3-1.7b-8b", "1/1"), ("gsm8k", "qwen3-0.6b-8b", "1/2")])
+    assert list(series_across_setups(runs)) == [
+        "tokenrouter (r2r) · 0.6B/32B · TP 1/1",
+        "tokenrouter (r2r) · 0.6B/32B · TP 1/2",
+        "tokenrouter (r2r) · 1.7B/8B · TP 1/1",
+        "tokenrouter (r2r)",  # one pair and one TP setting on this workload: nothing to tell apart
+    ]
+
+
+def test_tp_sweep_runs_get_a_frontier_per_tp_setting(tmp_path) -> None:
+    df = _runs([("arith", "tiny", "1/1"), ("arith", "tiny", "1/1"), ("arith", "tiny", "1/2"), ("arith", "tiny", "1/2")])
+    df["experiment"] = "tp_sweep_cpu"
+    df["accuracy"] = [0.5, 0.3, 0.5, 0.3]
+    df["per_request_throughput_tok_s"] = [60.0, 80.0, 30.0, 50.0]
+    df["run_dir"] = [f"r{i}" for i in range(4)]
+    written = pareto_plot(df, tmp_path)
+    table = pd.read_csv(tmp_path / "pareto_arith.csv")
+    assert set(table["series"]) == {"tokenrouter (r2r) · TP 1/1", "tokenrouter (r2r) · TP 1/2"}
+    assert (tmp_path / "pareto_arith.png") in written
