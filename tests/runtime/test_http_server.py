@@ -280,7 +280,7 @@ def test_malformed_and_oversize_bodies_get_4xx_json(sim_server: Server) -> None:
         (httpx.post(url, json={"prompt": [1] * 3000}), 413, "limit"),  # > server.max_body_bytes=4096
         (httpx.post(url, content=iter([b'{"prompt": [', b"1, " * 3000, b"1]}"])), 413, "limit"),  # chunked
         (httpx.post(url, json={"prompt": [1, 99999999]}), 400, "vocabulary"),
-        (httpx.post(url, json={"prompt": [1, -4]}), 400, "negative"),
+        (httpx.post(url, json={"prompt": [1, -4]}), 400, "greater than or equal to 0"),
         (httpx.post(url, json={"prompt": [1], "model": "gpt-4"}), 404, "does not exist"),
         (httpx.post(url, json={"prompt": [1], "max_tokens": 10**7}), 400, "KV"),
         (httpx.post(f"{sim_server.url}/v1/nothing", json={}), 404, "Not Found"),
