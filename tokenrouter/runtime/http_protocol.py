@@ -176,22 +176,30 @@ def _no_constant(name: str) -> Any:
 
 
 def _check_unicode(data: Any) -> None:
-    """400 naming the first string (or key) that is not valid Unicode. Iterative: depth is not bounded here."""
+    """400 naming the first string (or key) that is not valid Unicode. Iterative: depth is not bounded here.
+    Keys are checked before they become part of a path, so no message or `param` carries a surrogate."""
     todo: list[tuple[str, Any]] = [("", data)]
     while todo:
         where, value = todo.pop()
         if isinstance(value, dict):
-            todo.extend((where, k) for k in value)
-            todo.extend((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+            for key, item in value.items():
+                _check_text(key, where)
+                todo.append((f"{where}.{key}" if where else key, item))
         elif isinstance(value, list):
-            todo.extend((f"{where}.{i}", v) for i, v in enumerate(value))
-        elif isinstance(value, str) and not value.isascii():
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                bad = value[exc.start:exc.end].encode("unicode_escape").decode()
-                raise ApiError(400, f"invalid field {where!r}: lone UTF-16 surrogate {bad!r} in a string",
-                               param=where or None) from None
+            todo.extend((f"{where}.{i}", item) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _check_text(value, where)
+
+
+def _check_text(text: str, where: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("unicode_escape").decode()
+        place = f"field {where!r}" if where else "the request body"
+        raise ApiError(400, f"lone UTF-16 surrogate {bad!r} in {place}", param=where or None) from None
 
 
 def _same(a: Any, b: Any) -> bool:
