@@ -1,10 +1,11 @@
-# One-command set-up: `make demo` runs the main job, `make test` runs the test suite.
+# One-command set-up: `make demo` runs the main job, `make test` runs the test suite, `make fuzz` fuzzes
+# the HTTP server against its own OpenAPI schema (schemathesis, ~2 min).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint fuzz bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,9 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+fuzz: $(STAMP)
+	$(PY) benchmarks/fuzz_http.py
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache

@@ -41,6 +41,32 @@ def test_sampling_follows_the_distribution() -> None:
     torch.testing.assert_close(counts / counts.sum(), LOGITS.exp(), atol=0.03, rtol=0)
 
 
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=1e-300, seed=1),  # 1/T overflows: was NaN and failed the whole batch
+    SamplingParams(temperature=5e-324, seed=1),
+    SamplingParams(temperature=float("nan"), seed=1),
+    SamplingParams(temperature=1e-5, seed=1),
+    SamplingParams(temperature=1e300, seed=1),  # inf once cast to float32
+    SamplingParams(temperature=float("inf"), seed=1),
+    SamplingParams(temperature=1.0, top_p=1e-300, seed=1),
+    SamplingParams(temperature=1.0, top_p=0.0, seed=1),
+    SamplingParams(temperature=0.5, top_k=2**31 - 1, seed=2**63 - 1),
+], ids=lambda p: f"T={p.temperature},p={p.top_p},k={p.top_k}")
+def test_extreme_parameters_never_give_nan_nor_fail_the_batch(params: SamplingParams) -> None:
+    logits = torch.tensor([[3e4, -3e4, float("-inf"), 0.0], [1.0, 2.0, 3.0, 4.0]])
+    probs = filtered_probs(logits[0], params)
+    assert torch.isfinite(probs).all() and probs.sum().item() == pytest.approx(1.0)
+    tokens = sample(logits, [params, SamplingParams(temperature=1.0, seed=7)], [5, 5])
+    assert tokens[0] in (0, 1, 3) and 0 <= tokens[1] < 4  # never the -inf token
+
+
+def test_temperatures_below_epsilon_are_greedy() -> None:
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(1))
+    ps = [SamplingParams(temperature=t, seed=3) for t in (0.0, 1e-300, 9.9e-6, float("nan"))]
+    assert all(p.greedy for p in ps) and not SamplingParams(temperature=1e-5).greedy
+    assert sample(logits, ps, [0, 1, 2, 3]) == logits.argmax(-1).tolist()
+
+
 def test_pool_pages_truncate_and_all_or_nothing() -> None:
     layout = KVLayout(num_layers=2, num_kv_heads=1, head_dim=4, dtype=torch.float32)
     pool = KVPool(layout, num_tokens=40, page_size=8, device=torch.device("cpu"))  # 5 pages

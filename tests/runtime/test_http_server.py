@@ -6,101 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tokenrouter.cli.serve import READY_PREFIX
-
-ROOT = Path(__file__).resolve().parents[2]
-SIM = ["models=sim-r2r", "models.members.0.sim.latency_ms=1.0", "models.members.1.sim.latency_ms=2.0",
-       "runtime.thresholds=[1,1]", "algorithm.route_prob=0.35"]
-
-
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    url: str
-    tmp: Path  # its TMPDIR: where its socket directory lives
-
-    def descendants(self) -> list[int]:
-        return _descendants(self.proc.pid)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            for pid in [*self.descendants(), self.proc.pid]:
-                _kill(pid)
-            self.proc.wait(5)
-            raise
-
-
-def _descendants(pid: int) -> list[int]:
-    """All live descendant pids (from /proc), so the tests can prove nothing is left behind."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-def start_server(overrides: list[str], tmp: Path, timeout: float = 120.0) -> Server:
-    env = {**os.environ, "TMPDIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, "-m", "tokenrouter", "serve", "server.port=0", *overrides],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + timeout
-    assert proc.stdout is not None
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith(READY_PREFIX):
-            return Server(proc, line[len(READY_PREFIX):].split()[0], tmp)
-        if not line and proc.poll() is not None:
-            raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
-    proc.kill()
-    raise AssertionError("server not ready in time")
-
-
-def _stop_cleanly(server: Server, sig: int) -> None:
-    kids = server.descendants()
-    assert kids, "the server should run its subservers as child processes"
-    assert server.stop(sig) == 0
-    assert not [p for p in kids if _alive(p)], "subserver processes outlived the server"
-    assert not list(server.tmp.glob("tokenrouter-*")), "socket directory left behind"
+from .http_helpers import ROOT, SIM, Server, sse_events, start_server, stop_cleanly
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +24,7 @@ def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = start_server([*SIM, "server.max_body_bytes=4096", "server.shutdown_timeout_s=2"], tmp)
     yield server
     if server.proc.poll() is None:  # not stopped by the SIGTERM test (run alone with -k)
-        _stop_cleanly(server, signal.SIGTERM)
+        stop_cleanly(server, signal.SIGTERM)
 
 
 @pytest.fixture(scope="module")
@@ -117,16 +32,7 @@ def text_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("text")
     server = start_server(["models=tiny-random", "runtime.thresholds=[1,1]", "algorithm.route_prob=0.3"], tmp)
     yield server
-    _stop_cleanly(server, signal.SIGINT)
-
-
-def sse_events(resp: httpx.Response) -> list[dict | str]:
-    events: list[dict | str] = []
-    for line in resp.iter_lines():
-        if line.startswith("data: "):
-            payload = line[len("data: "):]
-            events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
+    stop_cleanly(server, signal.SIGINT)
 
 
 def test_bad_serve_config_is_one_line_and_exit_2() -> None:
@@ -280,7 +186,7 @@ def test_malformed_and_oversize_bodies_get_4xx_json(sim_server: Server) -> None:
         (httpx.post(url, json={"prompt": [1] * 3000}), 413, "limit"),  # > server.max_body_bytes=4096
         (httpx.post(url, content=iter([b'{"prompt": [', b"1, " * 3000, b"1]}"])), 413, "limit"),  # chunked
         (httpx.post(url, json={"prompt": [1, 99999999]}), 400, "vocabulary"),
-        (httpx.post(url, json={"prompt": [1, -4]}), 400, "negative"),
+        (httpx.post(url, json={"prompt": [1, -4]}), 400, "greater than or equal to 0"),
         (httpx.post(url, json={"prompt": [1], "model": "gpt-4"}), 404, "does not exist"),
         (httpx.post(url, json={"prompt": [1], "max_tokens": 10**7}), 400, "KV"),
         (httpx.post(f"{sim_server.url}/v1/nothing", json={}), 404, "Not Found"),
@@ -400,7 +306,7 @@ def test_sigterm_mid_stream_exits_cleanly(sim_server: Server) -> None:
                           json={"prompt": [1, 2], "max_tokens": 20000, "stream": True}) as resp:
             assert resp.status_code == 200
             assert next(resp.iter_lines()).startswith("data: ")
-            _stop_cleanly(sim_server, signal.SIGTERM)
+            stop_cleanly(sim_server, signal.SIGTERM)
     except httpx.HTTPError:
         pass  # the server cut the stream while shutting down
     assert sim_server.proc.returncode == 0

@@ -1,21 +1,32 @@
 """`tokenrouter serve [hydra overrides]`: the OpenAI-compatible HTTP server over a model set and algorithm.
 
 The config is composed with Hydra from conf/ (or `--config-path/--config-name`): `models`, `algorithm`,
-`runtime`, `seed` and `server.*` (host, port, max_body_bytes, shutdown_timeout_s, log_level, model_name).
+`runtime`, `seed` and `server.*` (see SERVER_DEFAULTS: host, port, limits, timeouts, log_level, model_name).
 `server.port=0` takes any free port. Once the subservers are up and the socket listens, one line
 `tokenrouter serve: ready on http://HOST:PORT ...` goes to stdout (scripts wait for it).
 
+Limits against slow or greedy clients: request headers must arrive within `header_timeout_s` (else the
+connection is closed), a body within `body_timeout_s` (else 408), an idle keep-alive connection closes after
+`keep_alive_timeout_s`, and past `max_connections` open connections uvicorn answers 503.
+
 SIGINT/SIGTERM: stop accepting connections, let in-flight requests finish for up to
+<<<<<<< HEAD
 `server.shutdown_timeout_s`, close the front end (every subserver process and socket file) and exit 0.
 A second SIGINT forces the exit (the front end is still closed). A subserver that dies turns `/health` into
 503 at once, fails the in-flight requests (503), and the server stops and exits 1 with one line naming the
 model: a supervisor (systemd, Kubernetes, a sweep) restarts it; a half-dead server never keeps answering.
+=======
+`server.shutdown_timeout_s`, then end the rest in-band (JSON 503, or an SSE error event and [DONE]), close
+the front end (every subserver process and socket file) and exit 0. A second SIGINT forces the exit (the
+front end is still closed).
+>>>>>>> h13-http
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import socket
 import sys
@@ -32,11 +43,22 @@ HELP = "serve the model set over an OpenAI-compatible HTTP API (/v1/completions,
 SERVER_DEFAULTS: dict[str, Any] = {
     "host": "127.0.0.1",
     "port": 8000,
-    "max_body_bytes": 1 << 20,
-    "shutdown_timeout_s": 5.0,
+    "max_body_bytes": 1 << 20,  # larger bodies: 413
+    "max_prompt_tokens": 1 << 20,  # longer prompts: 413 (prompts longer than the model context: 400)
+    "max_connections": 1024,  # open connections beyond this: 503 (uvicorn's limit_concurrency)
+    "header_timeout_s": 10.0,  # request headers incomplete by then: connection closed
+    "body_timeout_s": 30.0,  # request body incomplete by then: 408
+    "keep_alive_timeout_s": 5.0,  # an idle keep-alive connection closes after this
+    "shutdown_timeout_s": 5.0,  # SIGINT/SIGTERM: in-flight requests may still finish for this long
     "log_level": "warning",
     "model_name": None,  # default: the model set's `models.name`
 }
+_POSITIVE_INTS = ("max_body_bytes", "max_prompt_tokens", "max_connections")
+_SECONDS = {"header_timeout_s": False, "body_timeout_s": False, "keep_alive_timeout_s": False,
+            "shutdown_timeout_s": True}  # key -> whether 0 is allowed
+# uvicorn cancels handlers still running this long after the shutdown grace: the in-band ending of every
+# request (when the grace ends) normally finishes them well before.
+_SHUTDOWN_BACKSTOP_S = 5.0
 READY_PREFIX = "tokenrouter serve: ready on "
 
 
@@ -46,7 +68,9 @@ def _parser() -> ArgumentParser:
         description=HELP + ". Configured with Hydra overrides, e.g. `tokenrouter serve models=sim-r2r "
         "algorithm=bernoulli algorithm.route_prob=0.2 server.port=8080`. Keys: models=..., algorithm=..., "
         "runtime.*, seed, server.host (default 127.0.0.1), server.port (0 = any free port), "
-        "server.max_body_bytes, server.shutdown_timeout_s, server.log_level, server.model_name.",
+        "server.max_body_bytes, server.max_prompt_tokens, server.max_connections, server.header_timeout_s, "
+        "server.body_timeout_s, server.keep_alive_timeout_s, server.shutdown_timeout_s, server.log_level, "
+        "server.model_name.",
     )
     p.add_argument("-cp", "--config-path", type=Path, default=None,
                    help="directory of the primary config (default: the project's conf/)")
@@ -68,8 +92,15 @@ def server_options(cfg: Any) -> dict[str, Any]:
     opts = {**SERVER_DEFAULTS, **given}
     if not isinstance(opts["port"], int) or not 0 <= opts["port"] <= 65535:
         raise UserError(f"server.port must be an integer in [0, 65535], got {opts['port']!r}")
-    if not isinstance(opts["max_body_bytes"], int) or opts["max_body_bytes"] < 1:
-        raise UserError(f"server.max_body_bytes must be a positive integer, got {opts['max_body_bytes']!r}")
+    for key in _POSITIVE_INTS:
+        if not isinstance(opts[key], int) or isinstance(opts[key], bool) or opts[key] < 1:
+            raise UserError(f"server.{key} must be a positive integer, got {opts[key]!r}")
+    for key, zero_ok in _SECONDS.items():
+        value = opts[key]
+        if not (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+                and (value > 0 or (zero_ok and value == 0))):
+            raise UserError(f"server.{key} must be a finite number of seconds {'>= 0' if zero_ok else '> 0'}, "
+                            f"got {value!r}")
     return opts
 
 
@@ -94,8 +125,12 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _make_server(app: Any, opts: dict[str, Any]) -> Any:
+def _make_server(app: Any, opts: dict[str, Any], frontend: Any) -> Any:
     import uvicorn
+
+    from tokenrouter.runtime.http_connection import h11_with_header_timeout
+
+    grace = float(opts["shutdown_timeout_s"])
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -111,18 +146,38 @@ def _make_server(app: Any, opts: dict[str, Any]) -> Any:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
 
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            """Once the grace is over, close the front end: that ends every request still in flight in-band
+            (JSON 503, or an SSE error event and [DONE]), so uvicorn never cancels a handler (which answers a
+            plain-text 500 or cuts the stream, and logs a traceback each)."""
+            loop = asyncio.get_running_loop()
+            closing: list[asyncio.Task] = []
+            timer = loop.call_later(grace, lambda: closing.append(loop.create_task(frontend.close())))
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+                if closing:  # never interrupt a close half-way: subservers would outlive us
+                    await closing[0]
+
     config = uvicorn.Config(app, log_level=opts["log_level"], access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=float(opts["shutdown_timeout_s"]))
+                            http=h11_with_header_timeout(opts["header_timeout_s"]),
+                            limit_concurrency=opts["max_connections"],
+                            timeout_keep_alive=opts["keep_alive_timeout_s"],
+                            timeout_graceful_shutdown=grace + _SHUTDOWN_BACKSTOP_S)
     return Server(config)
 
 
-def _tokenizer(entry: Any) -> Any:
-    """The entry model's tokenizer (text prompts, chat templates); None for weightless sim engines."""
-    if entry.engine == "sim":
-        return None
-    from tokenrouter.engine.loader import load_tokenizer
+def _text_setup(models: list[Any]) -> tuple[Any, int | None]:
+    """The entry model's tokenizer (text prompts, chat templates; None for weightless sim engines) and the
+    shortest context of the members with weights (None if all are sim): every member sees the whole prompt."""
+    from tokenrouter.engine.loader import load_config, load_tokenizer
 
-    return load_tokenizer(entry.source)
+    weighted = [m for m in models if m.engine != "sim"]
+    tokenizer = load_tokenizer(models[0].source) if models[0].engine != "sim" else None
+    contexts = [getattr(load_config(m.source), "max_position_embeddings", None) for m in weighted]
+    known = [c for c in contexts if isinstance(c, int)]
+    return tokenizer, (min(known) if known else None)
 
 
 async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
@@ -141,10 +196,12 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
     name = opts["model_name"] or str(cfg.models.get("name") or "+".join(names))
     frontend = TokenRouterFrontend(models, algorithm, runtime, seed=int(cfg.get("seed", 0)))
     try:  # the entry model's tokenizer loads while the subservers start
-        tokenizer, _ = await asyncio.gather(asyncio.to_thread(_tokenizer, models[0]), frontend.start())
-        app = create_app(frontend, tokenizer, ServerOptions(name, max_body_bytes=opts["max_body_bytes"]),
-                         manage_frontend=False)
-        server = _make_server(app, opts)
+        (tokenizer, context), _ = await asyncio.gather(asyncio.to_thread(_text_setup, models), frontend.start())
+        options = ServerOptions(name, max_body_bytes=opts["max_body_bytes"],
+                                max_prompt_tokens=opts["max_prompt_tokens"], context_length=context,
+                                body_timeout_s=float(opts["body_timeout_s"]))
+        app = create_app(frontend, tokenizer, options, manage_frontend=False)
+        server = _make_server(app, opts, frontend)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)

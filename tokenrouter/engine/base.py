@@ -14,6 +14,9 @@ if TYPE_CHECKING:  # torch only for annotations: weightless engines never import
     import torch
 
 
+GREEDY_TEMPERATURE = 1e-5  # below this, temperature sampling is greedy (as in vLLM): 1/T would overflow
+
+
 class EngineFailure(RuntimeError):
     """The engine itself is broken (e.g. a tensor-parallel rank died): no request can be served any more, so
     the subserver stops instead of failing requests one by one."""
@@ -21,8 +24,8 @@ class EngineFailure(RuntimeError):
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request sampling. temperature == 0 means greedy. A seed makes sampling reproducible per position,
-    independent of how requests are batched."""
+    """Per-request sampling. A temperature below GREEDY_TEMPERATURE (0 included; NaN too) means greedy. A seed
+    makes sampling reproducible per position, independent of how requests are batched."""
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -31,7 +34,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        return not self.temperature >= GREEDY_TEMPERATURE
 
 
 @dataclass

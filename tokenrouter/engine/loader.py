@@ -134,3 +134,10 @@ def load_tokenizer(source: str):
     from transformers import AutoTokenizer
 
     return _from_pretrained(AutoTokenizer.from_pretrained, resolve_source(source), "tokenizer")
+
+
+def load_config(source: str):
+    """The model's config alone (no weights): what a server needs to know up front, e.g. its context length."""
+    from transformers import AutoConfig
+
+    return _from_pretrained(AutoConfig.from_pretrained, resolve_source(source), "config")

@@ -10,7 +10,7 @@ import hashlib
 
 import torch
 
-from tokenrouter.engine.base import SamplingParams
+from tokenrouter.engine.base import GREEDY_TEMPERATURE, SamplingParams
 
 
 def _generator(seed: int, position: int) -> torch.Generator:
@@ -18,9 +18,21 @@ def _generator(seed: int, position: int) -> torch.Generator:
     return torch.Generator(device="cpu").manual_seed(int.from_bytes(digest, "little") & (2**63 - 1))
 
 
+# The largest temperature a float32 division takes without turning it into inf (-inf / inf would be NaN).
+_MAX_TEMPERATURE = float(torch.finfo(torch.float32).max)
+
+
 def filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Probabilities after temperature, top-k and top-p (float32, one row of logits)."""
-    scores = logits.float() / params.temperature
+    """Probabilities after temperature, top-k and top-p (float32, one row of logits).
+
+    NaN-free for any parameters, so one request's extreme values cannot fail a batch: the temperature is
+    clamped to [GREEDY_TEMPERATURE, float32 max] (NaN: the floor), the scores are shifted so the best is 0
+    before dividing (they lie in [-inf, 0] and the best keeps probability > 0), and the most likely token
+    always survives top-p."""
+    t = params.temperature
+    t = min(t, _MAX_TEMPERATURE) if t >= GREEDY_TEMPERATURE else GREEDY_TEMPERATURE
+    scores = logits.float()
+    scores = (scores - scores.max()) / t
     if 0 < params.top_k < scores.numel():
         kth = torch.topk(scores, params.top_k).values[-1]
         scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -29,6 +41,7 @@ def filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
         sorted_p, order = torch.sort(probs, descending=True)
         cum = torch.cumsum(sorted_p, dim=-1)
         drop = cum - sorted_p >= params.top_p  # keep the smallest prefix whose mass reaches top_p
+        drop[0] = False  # never nothing (top_p <= 0)
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_p)
     return probs / probs.sum()

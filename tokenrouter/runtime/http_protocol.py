@@ -3,7 +3,8 @@ strictly, and the OpenAI response and stream-chunk shapes.
 
 Why strict: a silently ignored field (say `stop` or `logprobs`) makes a client believe it got something it
 did not. Every field is either implemented, accepted only at its no-op value, or rejected with a 400 that
-names it.
+names it. Types are strict too (`"2"`, `true` or `2.0` is no integer; an integer is a float), numbers are
+finite and integers bounded, so nothing a client sends can fail later in msgpack or the sampler.
 """
 
 from __future__ import annotations
@@ -11,13 +12,34 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenrouter.results import GenerationResult
 
 M = TypeVar("M", bound=BaseModel)
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # OpenAI's seed range (msgpack carries 64-bit integers)
+TOKEN_ID_LIMIT = 2**31  # token ids are int32 in tokenizers and engines
+MAX_TOKENS_LIMIT = 2**31 - 1
+
+TokenId = Annotated[int, Field(ge=0, lt=TOKEN_ID_LIMIT)]
+Seed = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+TopK = Annotated[int, Field(ge=-1, lt=TOKEN_ID_LIMIT)]  # 0 or -1: off
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error answer (OpenAI's shape)."""
+
+    error: ErrorDetail
 
 
 class ApiError(Exception):
@@ -31,11 +53,12 @@ class ApiError(Exception):
         self.param = param
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.status}}
+        detail = ErrorDetail(message=self.message, type=self.err_type, param=self.param, code=self.status)
+        return ErrorResponse(error=detail).model_dump()
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class StreamOptions(_Strict):
@@ -47,20 +70,20 @@ class OpenAISampling(_Strict):
     return_token_ids)."""
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1)  # 0 or -1: off
-    seed: int | None = None
+    top_k: TopK = 0
+    seed: Seed | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     return_token_ids: bool = False  # add each choice's / chunk's token ids (needed without a tokenizer)
     user: str | None = None  # metadata only, as in OpenAI
 
 
 class CompletionRequest(OpenAISampling):
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
 
 
 class TextPart(_Strict):
@@ -79,18 +102,18 @@ class ChatMessage(_Strict):
 
 class ChatRequest(OpenAISampling):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
 
 
 class GenerateSampling(_Strict):
     """SGLang's `sampling_params` names (subset)."""
 
-    max_new_tokens: int = Field(128, ge=1)
+    max_new_tokens: int = Field(128, ge=1, le=MAX_TOKENS_LIMIT)
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1)
-    sampling_seed: int | None = None
-    stop_token_ids: list[int] | None = None
+    top_k: TopK = 0
+    sampling_seed: Seed | None = None
+    stop_token_ids: list[TokenId] | None = None
 
 
 class GenerateRequest(_Strict):
@@ -98,12 +121,19 @@ class GenerateRequest(_Strict):
     `return_hidden_states` return the LAST step's next-token logits / last hidden state, which is what a
     routing decision needs; `seed` is the routing/sampling seed of the request."""
 
-    input_ids: list[int] | None = None
+    input_ids: list[TokenId] | None = None
     text: str | None = None
     sampling_params: GenerateSampling = Field(default_factory=GenerateSampling)
     return_logits: bool = False
     return_hidden_states: bool = False
-    seed: int | None = None
+    seed: Seed | None = None
+
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (CompletionRequest, ChatRequest, GenerateRequest)
+# Every field name a request may hold: what tells the path of a bad value from pydantic's union-branch
+# labels (`str`, `list[int]`, ...) in an error location.
+_FIELD_NAMES = frozenset(name for cls in (*REQUEST_MODELS, StreamOptions, ChatMessage, TextPart, GenerateSampling)
+                         for name in cls.model_fields)
 
 
 # OpenAI fields we do not implement, accepted only at the value that means "feature off".
@@ -124,13 +154,52 @@ _NOOP_VALUES: dict[str, tuple[Any, ...]] = {
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 for anything Python's json would choke on or let through: invalid
+    UTF-8 or JSON, NaN/Infinity, nesting past the recursion limit, integers over 4,300 digits, and strings
+    with a lone UTF-16 surrogate (`"\\ud800"`: no tokenizer or JSON encoder takes it)."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from None
+        data = json.loads(raw, parse_constant=_no_constant)
+    except RecursionError:
+        raise ApiError(400, "request body is not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the int digit limit, NaN/Infinity
+        reason = str(exc).split(";")[0]  # the digit limit's advice to call sys.set_int_max_str_digits: not ours
+        raise ApiError(400, f"request body is not valid JSON: {reason}") from None
     if not isinstance(data, dict):
         raise ApiError(400, f"request body must be a JSON object, got {type(data).__name__}")
+    if b"\\u" in raw:  # a surrogate can only come from an escape
+        _check_unicode(data)
     return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_unicode(data: Any) -> None:
+    """400 naming the first string (or key) that is not valid Unicode. Iterative: depth is not bounded here.
+    Keys are checked before they become part of a path, so no message or `param` carries a surrogate."""
+    todo: list[tuple[str, Any]] = [("", data)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _check_text(key, where)
+                todo.append((f"{where}.{key}" if where else key, item))
+        elif isinstance(value, list):
+            todo.extend((f"{where}.{i}", item) for i, item in enumerate(value))
+        elif isinstance(value, str):
+            _check_text(value, where)
+
+
+def _check_text(text: str, where: str) -> None:
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end].encode("unicode_escape").decode()
+        place = f"field {where!r}" if where else "the request body"
+        raise ApiError(400, f"lone UTF-16 surrogate {bad!r} in {place}", param=where or None) from None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -150,13 +219,28 @@ def validate(cls: type[M], data: dict[str, Any]) -> M:
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
+        err = _most_specific(exc.errors())
+        where = _path(err)
         if err["type"] == "extra_forbidden":
             raise ApiError(400, f"unsupported field {where!r}", param=where) from None
         if err["type"] == "missing":
             raise ApiError(400, f"missing required field {where!r}", param=where) from None
         raise ApiError(400, f"invalid field {where!r}: {err['msg']}", param=where) from None
+
+
+def _path(err: Any) -> str:
+    """The dotted path of the bad value: field names and list indexes, without pydantic's union-branch labels
+    (`str`, `list[int]`, ...). An unknown key (extra_forbidden, the last item) is the client's own: kept."""
+    loc = err["loc"]
+    unknown = len(loc) - 1 if err["type"] == "extra_forbidden" else -1
+    return ".".join(str(p) for i, p in enumerate(loc) if isinstance(p, int) or p in _FIELD_NAMES or i == unknown)
+
+
+def _most_specific(errors: list[Any]) -> Any:
+    """Of the first bad field's errors, the one deepest into the value: for a union (a prompt is text, ids,
+    texts or id lists) pydantic reports every branch, and the deepest is the branch the client meant."""
+    first = [e for e in errors if e["loc"][:1] == errors[0]["loc"][:1]]
+    return max(first, key=lambda e: len(e["loc"]))
 
 
 def new_id(prefix: str) -> str:

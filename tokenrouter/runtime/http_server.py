@@ -5,18 +5,23 @@ Endpoints: `/v1/completions` and `/v1/chat/completions` (JSON or SSE stream, Ope
 token ids out, optionally the last step's logits and hidden state) that the Std. Serving baseline drives.
 
 Why the body is read by hand rather than through FastAPI's pydantic parameters: oversize bodies must be cut
-off while reading (413, before the whole body is buffered), and every client error must come back as
-OpenAI-style JSON with status 400, not FastAPI's 422 shape.
+off while reading (413, before the whole body is buffered), a slow body must time out (408), and every client
+error must come back as OpenAI-style JSON with status 400, not FastAPI's 422 shape. The request models still
+appear in the published OpenAPI document (`/openapi.json`, `/docs`; see http_openapi.py).
+
+Hostile input stays a 4xx: http_protocol validates strictly, text work runs off the event loop (http_text),
+and a request whose client leaves is aborted, streamed or not.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -25,8 +30,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.runtime import http_openapi
 from tokenrouter.runtime.http_metrics import ServerMetrics
 from tokenrouter.runtime.http_protocol import (
+    REQUEST_MODELS,
     ApiError,
     ChatRequest,
     CompletionRequest,
@@ -40,50 +47,25 @@ from tokenrouter.runtime.http_protocol import (
     usage_chunk,
     validate,
 )
+from tokenrouter.runtime.http_text import IncrementalDetokenizer, TextCodec
+
+T = TypeVar("T")
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+DESCRIPTION = ("OpenAI-compatible completions and chat completions (JSON or SSE) over a TokenRouter model set, "
+               "plus an SGLang-style `/generate`. Request bodies are validated strictly: unknown fields, wrong "
+               "types and out-of-range values get 400 naming the field.")
 
 
 @dataclass
 class ServerOptions:
     model_name: str  # the id clients pass as `model` (the model set's name)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_prompt_tokens: int = DEFAULT_MAX_BODY_BYTES  # longer prompts get 413
+    context_length: int | None = None  # the models' context (None: unknown, sim engines); longer prompts get 400
+    body_timeout_s: float = 30.0  # a body still incomplete after this gets 408
     completion_max_tokens: int = 16  # OpenAI's default for /v1/completions
     chat_max_tokens: int = 256  # default when a chat request gives no max_tokens
-
-
-class IncrementalDetokenizer:
-    """Text deltas for a growing list of token ids. Decodes a short window (the last emitted token onward)
-    and holds back a delta that ends inside a multi-byte character (U+FFFD), as vLLM does."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.prefix = 0
-        self.read = 0
-        self.emitted: list[str] = []
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def add(self, ids: list[int]) -> str:
-        if self.tokenizer is None:
-            return ""
-        self.ids.extend(ids)
-        before = self._decode(self.ids[self.prefix : self.read])
-        after = self._decode(self.ids[self.prefix :])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self.prefix, self.read = self.read, len(self.ids)
-            self.emitted.append(after[len(before) :])
-            return self.emitted[-1]
-        return ""
-
-    def flush(self) -> str:
-        """Whatever the held-back window still owes, so the deltas add up to the full decode."""
-        if self.tokenizer is None:
-            return ""
-        full, sent = self._decode(self.ids), "".join(self.emitted)
-        return full[len(sent) :] if full.startswith(sent) else ""
 
 
 class HttpServer:
@@ -91,7 +73,7 @@ class HttpServer:
 
     def __init__(self, frontend: Any, tokenizer: Any, options: ServerOptions) -> None:
         self.frontend = frontend
-        self.tokenizer = tokenizer
+        self.text = TextCodec(tokenizer)
         self.opts = options
         self.metrics = ServerMetrics()
         self._next_index = 0
@@ -99,6 +81,16 @@ class HttpServer:
 
     # ---- input --------------------------------------------------------------------------------------------
     async def read_json(self, request: Request) -> dict[str, Any]:
+        timeout = self.opts.body_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                raw = await self._read_body(request)
+        except TimeoutError:
+            raise ApiError(408, f"request body not received within {timeout:g} s (server.body_timeout_s)",
+                           "request_timeout") from None
+        return parse_json(raw)
+
+    async def _read_body(self, request: Request) -> bytes:
         limit = self.opts.max_body_bytes
         length = request.headers.get("content-length")
         if length is not None:
@@ -113,44 +105,49 @@ class HttpServer:
             if size > limit:
                 raise ApiError(413, f"request body exceeds the limit of {limit} bytes", "request_too_large")
             body += chunk
-        return parse_json(bytes(body))
+        return bytes(body)
 
-    def check_ids(self, ids: list[int], param: str) -> list[int]:
-        """Empty or negative ids are named here; the front end checks the vocabulary bound (-> 400 too)."""
+    def check_prompt(self, ids: list[int], param: str) -> list[int]:
+        """Empty and over-long prompts are named here (the schema bounds each id to [0, 2**31); the front end
+        checks the vocabulary bound, -> 400 too)."""
         if not ids:
             raise ApiError(400, f"{param!r} is empty", param=param)
-        bad = [t for t in ids if t < 0]
-        if bad:
-            raise ApiError(400, f"{param!r}: negative token id {bad[0]}", param=param)
+        cap, context = self.opts.max_prompt_tokens, self.opts.context_length
+        if len(ids) > cap:
+            raise ApiError(413, f"{param!r}: prompt of {len(ids)} tokens exceeds the limit of {cap} tokens "
+                                "(server.max_prompt_tokens)", "request_too_large", param=param)
+        if context is not None and len(ids) > context:
+            raise ApiError(400, f"{param!r}: prompt of {len(ids)} tokens is longer than the model context of "
+                                f"{context} tokens", param=param)
         return ids
 
-    def need_tokenizer(self, what: str) -> Any:
-        if self.tokenizer is None:
+    def need_tokenizer(self, what: str) -> None:
+        if not self.text.available:
             raise ApiError(400, f"{what} needs a tokenizer, and model set {self.opts.model_name!r} has none "
                                 "(weightless sim engines); send token ids instead")
-        return self.tokenizer
 
-    def encode_text(self, text: str, param: str) -> list[int]:
-        return self.check_ids(list(self.need_tokenizer("a text prompt").encode(text)), param)
+    async def encode_text(self, text: str, param: str) -> list[int]:
+        self.need_tokenizer("a text prompt")
+        return self.check_prompt(await self.text.encode(text), param)
 
-    def prompt_ids(self, prompt: Any) -> list[int]:
+    async def prompt_ids(self, prompt: Any) -> list[int]:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
             if len(prompt) != 1:
                 raise ApiError(400, f"'prompt' holds {len(prompt)} prompts; send one prompt per request",
                                param="prompt")
             prompt = prompt[0]
         if isinstance(prompt, str):
-            return self.encode_text(prompt, "prompt")
-        return self.check_ids(list(prompt), "prompt")
+            return await self.encode_text(prompt, "prompt")
+        return self.check_prompt(list(prompt), "prompt")
 
-    def chat_ids(self, body: ChatRequest) -> list[int]:
-        tok = self.need_tokenizer("a chat request")
+    async def chat_ids(self, body: ChatRequest) -> list[int]:
+        self.need_tokenizer("a chat request")
         messages = [{"role": m.role, "content": m.text()} for m in body.messages]
         try:
-            ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+            ids = await self.text.chat(messages)
         except Exception as exc:  # jinja errors of a model's own template: the client's messages don't fit it
             raise ApiError(400, f"cannot apply the chat template to 'messages': {exc}", param="messages") from None
-        return self.check_ids(list(ids), "messages")
+        return self.check_prompt(ids, "messages")
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.opts.model_name:
@@ -171,16 +168,14 @@ class HttpServer:
         )
 
     def openai_request(self, body: OpenAISampling, ids: list[int], max_tokens: int) -> GenerationRequest:
-        if body.stop_token_ids is not None:
-            self.check_ids(body.stop_token_ids, "stop_token_ids")
         return self.request(ids, max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
                             body.stop_token_ids)
 
     # ---- generation ---------------------------------------------------------------------------------------
-    async def generate(self, req: GenerationRequest) -> GenerationResult:
+    async def generate(self, request: Request, req: GenerationRequest) -> GenerationResult:
         self.metrics.running += 1
         try:
-            result = await self.frontend.generate(req)
+            result = await until_client_leaves(request, self.frontend.generate(req))
         except Exception as exc:
             raise _failure(exc) from None
         finally:
@@ -194,11 +189,11 @@ class HttpServer:
         body: ChatRequest | CompletionRequest
         if chat:
             body = validate(ChatRequest, data)
-            ids = self.chat_ids(body)
+            ids = await self.chat_ids(body)
             max_tokens = body.max_completion_tokens or body.max_tokens or self.opts.chat_max_tokens
         else:
             body = validate(CompletionRequest, data)
-            ids = self.prompt_ids(body.prompt)
+            ids = await self.prompt_ids(body.prompt)
             max_tokens = body.max_tokens or self.opts.completion_max_tokens
         self.check_model(body.model)
         req = self.openai_request(body, ids, max_tokens)
@@ -208,7 +203,7 @@ class HttpServer:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             events = self.frontend.stream(req)
             try:  # wait for the first event so a rejected request still gets its 4xx status, not an SSE error
-                first = await anext(events)
+                first = await until_client_leaves(request, anext(events))
             except Exception as exc:
                 raise _failure(exc) from None
             return StreamingResponse(
@@ -216,20 +211,18 @@ class HttpServer:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        result = await self.generate(req)
+        result = await self.generate(request, req)
+        text = await self.text.decode(result.output_ids)
         self.metrics.finished(endpoint, 200, result)
-        return JSONResponse(response_body(rid, self.opts.model_name, chat, self.decode(result.output_ids), result,
-                                          body.return_token_ids))
-
-    def decode(self, ids: list[int]) -> str:
-        return "" if self.tokenizer is None else self.tokenizer.decode(ids, skip_special_tokens=True)
+        return JSONResponse(response_body(rid, self.opts.model_name, chat, text, result, body.return_token_ids))
 
     async def stream(self, first: Any, events: AsyncIterator[Any], rid: str, chat: bool, token_ids: bool,
                      include_usage: bool, endpoint: str) -> AsyncIterator[bytes]:
-        """SSE events: (chat: a role chunk), one chunk per committed-token event, a finish chunk, (usage), [DONE].
-        Leaving early (client gone) closes the front end's stream, which aborts the request there."""
+        """SSE events: (chat: a role chunk), one chunk per committed-token event, a finish chunk, (usage), [DONE];
+        a failure is an error event, then [DONE]. Leaving early (client gone) closes the front end's stream,
+        which aborts the request there."""
         model = self.opts.model_name
-        detok = IncrementalDetokenizer(self.tokenizer)
+        detok = IncrementalDetokenizer(self.text)
         result: GenerationResult | None = None
         status = 499  # until the stream completes: the client went away
         self.metrics.running += 1
@@ -248,16 +241,17 @@ class HttpServer:
                 status = err.status
                 yield sse(err.body())
             else:
-                yield sse(stream_chunk(rid, model, chat, detok.flush(), [] if token_ids else None,
+                yield sse(stream_chunk(rid, model, chat, await detok.flush(), [] if token_ids else None,
                                        finish_reason=result.finish_reason))
                 if include_usage:
                     yield sse(usage_chunk(rid, model, chat, result))
                 status = 200
             yield sse("[DONE]")
-        except Exception as exc:  # the request failed mid-stream: tell the client in-band, then stop
+        except Exception as exc:  # the request failed mid-stream (or the server shuts down): tell the client in-band
             err = _failure(exc)
             status = err.status
             yield sse(err.body())
+            yield sse("[DONE]")
         finally:
             self.metrics.running -= 1
             aclose = getattr(events, "aclose", None)
@@ -269,18 +263,16 @@ class HttpServer:
         body = validate(GenerateRequest, await self.read_json(request))
         if (body.input_ids is None) == (body.text is None):
             raise ApiError(400, "give exactly one of 'input_ids' and 'text'", param="input_ids")
-        ids = self.check_ids(body.input_ids, "input_ids") if body.input_ids is not None else \
-            self.encode_text(body.text or "", "text")
+        ids = self.check_prompt(body.input_ids, "input_ids") if body.input_ids is not None else \
+            await self.encode_text(body.text or "", "text")
         sp = body.sampling_params
-        if sp.stop_token_ids is not None:
-            self.check_ids(sp.stop_token_ids, "sampling_params.stop_token_ids")
         req = self.request(ids, sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k,
                            sp.sampling_seed if sp.sampling_seed is not None else body.seed, sp.stop_token_ids)
         if body.seed is not None:
             req.seed = body.seed
         req.return_logits, req.return_hidden = body.return_logits, body.return_hidden_states
         t0 = time.perf_counter()
-        result = await self.generate(req)
+        result = await self.generate(request, req)
         meta: dict[str, Any] = {
             "id": new_id("gen"),
             "prompt_tokens": len(result.prompt_ids),
@@ -295,8 +287,8 @@ class HttpServer:
         if body.return_hidden_states:
             meta["hidden_states"] = result.extra.get("hidden")
         self.metrics.finished(request.url.path, 200, result)
-        return JSONResponse({"text": self.decode(result.output_ids), "output_ids": list(result.output_ids),
-                             "meta_info": meta})
+        return JSONResponse({"text": await self.text.decode(result.output_ids),
+                             "output_ids": list(result.output_ids), "meta_info": meta})
 
     def models(self) -> dict[str, Any]:
         return {
@@ -310,6 +302,29 @@ class HttpServer:
                 "eos_token_ids": list(getattr(self.frontend, "eos_token_ids", None) or []),
             }],
         }
+
+
+async def until_client_leaves(request: Request, work: Awaitable[T]) -> T:
+    """`work`'s result, or 499 if the client disconnects first; then `work` is cancelled, which aborts the
+    request in the front end (a non-streaming client that leaves must not keep its request running)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if task.cancelled():
+        raise ApiError(499, "the client closed the connection", "client_closed")
+    return task.result()
+
+
+async def _client_gone(request: Request) -> None:
+    """Returns once the client has disconnected: after the body, the server's receive() waits for that."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -348,9 +363,12 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
         finally:
             if manage_frontend:
                 await frontend.close()
+            server.text.close()
 
-    app = FastAPI(title="TokenRouter", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="TokenRouter", description=DESCRIPTION, lifespan=lifespan, docs_url="/docs",
+                  redoc_url=None, openapi_url="/openapi.json")
     app.state.server = server
+    http_openapi.install(app, REQUEST_MODELS)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -362,15 +380,18 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
         return JSONResponse(ApiError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=http_openapi.request_body(CompletionRequest),
+              responses=http_openapi.responses("A text completion (an SSE stream with `stream: true`).", True))
     async def _completions(request: Request) -> Response:
         return await server.completions(request, chat=False)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=http_openapi.request_body(ChatRequest),
+              responses=http_openapi.responses("A chat completion (an SSE stream with `stream: true`).", True))
     async def _chat(request: Request) -> Response:
         return await server.completions(request, chat=True)
 
-    @app.post("/generate")
+    @app.post("/generate", openapi_extra=http_openapi.request_body(GenerateRequest),
+              responses=http_openapi.responses("Output token ids and text, with `meta_info`."))
     async def _generate(request: Request) -> Response:
         return await server.native_generate(request)
 
