@@ -67,8 +67,8 @@ def test_a_request_that_fails_every_step_it_joins_fails_alone(fes) -> None:
 
 
 BAD = [
-    ("seed", GenerationRequest([1, 2], 8, seed=2**64), "seed must be in"),
-    ("negative seed", GenerationRequest([1, 2], 8, seed=-(2**63) - 1), "seed must be in"),
+    ("seed", GenerationRequest([1, 2], 8, seed=2**63), "seed must be a 64-bit"),
+    ("negative seed", GenerationRequest([1, 2], 8, seed=-(2**63) - 1), "seed must be a 64-bit"),
     ("sampling seed", GenerationRequest([1, 2], 8, SamplingParams(0.5, seed=2**70)), "sampling seed"),
     ("top_k", GenerationRequest([1, 2], 8, SamplingParams(0.5, top_k=2**64)), "top_k"),
     ("max_new_tokens", GenerationRequest([1, 2], 2**64), "max_new_tokens"),

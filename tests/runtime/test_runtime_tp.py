@@ -12,7 +12,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.results import GenerationRequest
 
 from .conftest import Frontends
-from .test_http_server import _stop_cleanly, start_server
+from .http_helpers import start_server, stop_cleanly
 
 SMALL = ModelSpec(name="small", source="tiny-random:small", engine="torch", kv_tokens=4096)
 LARGE = ModelSpec(name="large", source="tiny-random:large", engine="torch", kv_tokens=4096)
@@ -42,4 +42,4 @@ def test_sigint_with_tp_ranks_running_leaves_no_process(tmp_path: Path) -> None:
                       json={"prompt": [5, 6, 7], "max_tokens": 8, "return_token_ids": True})
     assert resp.status_code == 200, resp.text
     assert len(server.descendants()) >= 3  # two subservers and the large model's second rank
-    _stop_cleanly(server, signal.SIGINT)  # no descendant alive, no tokenrouter-* directory left
+    stop_cleanly(server, signal.SIGINT)  # no descendant alive, no tokenrouter-* directory left

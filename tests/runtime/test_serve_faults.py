@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from .test_http_server import SIM, _alive, start_server
+from .http_helpers import SIM, _alive, start_server
 
 
 def _wait(predicate, timeout: float, step: float = 0.02) -> float:

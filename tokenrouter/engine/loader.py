@@ -102,11 +102,7 @@ def load_model(source: str, dtype: str = "float32", device: str = "cpu", tp: int
 
 def check_tp(source: str, tp: int, name: str) -> None:
     """One line before any rank starts if `tp` cannot split the model's attention heads evenly."""
-    from transformers import AutoConfig
-
-    src = resolve_source(source)
-    extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
-    cfg = _from_pretrained(AutoConfig.from_pretrained, src, "model config", **extra)
+    cfg = load_config(source)
     heads = int(cfg.num_attention_heads)
     kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
     if heads % tp or kv_heads % tp:
@@ -140,4 +136,6 @@ def load_config(source: str):
     """The model's config alone (no weights): what a server needs to know up front, e.g. its context length."""
     from transformers import AutoConfig
 
-    return _from_pretrained(AutoConfig.from_pretrained, resolve_source(source), "config")
+    src = resolve_source(source)
+    extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
+    return _from_pretrained(AutoConfig.from_pretrained, src, "config", **extra)

@@ -555,7 +555,7 @@ class TokenRouterFrontend:
 
 
 
-INT64_MAX = 2**63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # OpenAI's seed range
 TOKEN_ID_MAX = 2**31 - 1
 
 
@@ -571,11 +571,11 @@ def _check_request(req: GenerationRequest, vocab: int) -> None:
     bad = [t for t in req.stop_token_ids or [] if not 0 <= t <= TOKEN_ID_MAX]
     if bad:
         raise RequestError(f"stop token id(s) {bad[:5]} outside [0, {TOKEN_ID_MAX}]")
-    if not 0 <= req.seed <= INT64_MAX:
-        raise RequestError(f"seed must be in [0, 2**63 - 1], got {req.seed}")
+    if not INT64_MIN <= req.seed <= INT64_MAX:
+        raise RequestError(f"seed must be a 64-bit signed integer, got {req.seed}")
     s = req.sampling
-    if s.seed is not None and not 0 <= s.seed <= INT64_MAX:
-        raise RequestError(f"sampling seed must be in [0, 2**63 - 1], got {s.seed}")
+    if s.seed is not None and not INT64_MIN <= s.seed <= INT64_MAX:
+        raise RequestError(f"sampling seed must be a 64-bit signed integer, got {s.seed}")
     if not -1 <= s.top_k <= TOKEN_ID_MAX:
         raise RequestError(f"top_k must be in [-1, {TOKEN_ID_MAX}], got {s.top_k}")
     if not (math.isfinite(s.temperature) and s.temperature >= 0.0):
