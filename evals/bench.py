@@ -7,6 +7,8 @@ A run dir (Hydra's output dir) receives, as the run goes:
 - `summary.json`: written last (atomically), only when the run completed. A multirun sweep skips runs whose
   summary.json is readable, so rerunning a crashed sweep with the same `hydra.sweep.dir` only runs what is
   missing; a rerun point starts its requests.jsonl afresh.
+The run dir is held (an flock, `tokenrouter.fsutil.locked_dir`) for the run's life, so a second writer into it
+is refused instead of interleaving with this one.
 
 Clients: `arrival=closed_loop` runs `concurrency` clients, each sending its next request when its last one
 finished (the paper's serving setting); `arrival=all_at_once` sends every request at t=0 (its Pareto study);
@@ -33,7 +35,7 @@ from evals.systems import ServingSystem, build_system, plain
 from tokenrouter.config import ModelSpec, model_specs, seed_value
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
-from tokenrouter.fsutil import atomic_write_text
+from tokenrouter.fsutil import atomic_write_text, locked_dir
 from tokenrouter.results import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -315,16 +317,18 @@ def run(cfg: Any) -> dict[str, Any] | None:
     hydra_cfg = HydraConfig.get()
     out = Path(hydra_cfg.runtime.output_dir)
     summary_path = out / SUMMARY_FILE
-    # `Hydra.run` sets mode RUN; jobs of a sweep carry MULTIRUN (or None when launched through Hydra's API)
-    if hydra_cfg.mode != RunMode.RUN:
-        done = completed_summary(summary_path)
-        if done is not None:
-            log.info("skipping %s: %s exists (delete it to rerun this point)", out, SUMMARY_FILE)
-            return done
-    out.mkdir(parents=True, exist_ok=True)
-    summary_path.unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
-    atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    summary = asyncio.run(run_system(cfg, out))
+    # the CLI already holds a single run's dir and a sweep's dir; this also keeps a point of a sweep from
+    # another writer (e.g. a single run aimed at it, or a launcher's worker process)
+    with locked_dir(out, "run directory"):
+        # `Hydra.run` sets mode RUN; jobs of a sweep carry MULTIRUN (or None when launched through Hydra's API)
+        if hydra_cfg.mode != RunMode.RUN:
+            done = completed_summary(summary_path)
+            if done is not None:
+                log.info("skipping %s: %s exists (delete it to rerun this point)", out, SUMMARY_FILE)
+                return done
+        summary_path.unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
+        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        summary = asyncio.run(run_system(cfg, out))
     log.info("%s: %.1f tok/s over %d requests -> %s", cfg.system.name, summary["throughput_tok_s"] or 0.0,
              summary["num_requests"], out)
     return summary
