@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from tokenrouter.algorithms.routers import R2RRouter, RouterNet, build_router, router_config
 from tokenrouter.errors import UserError, first_line
+from tokenrouter.fsutil import atomic_write_text
 
 FORMAT = "tokenrouter.router"
 EMBEDDING_KEY = "token_embeddings.weight"
@@ -115,7 +116,7 @@ def save_router(net: RouterNet, stem: Path, threshold: float, meta: dict[str, An
     save_file(state, str(weights))
     doc = {"format": FORMAT, "version": 1, "kind": net.kind, "config": router_config(net), "threshold": threshold}
     doc.update(meta)
-    sidecar.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(sidecar, json.dumps(doc, indent=2, sort_keys=True) + "\n")  # last: marks the pair whole
     return weights, sidecar
 
 
