@@ -27,6 +27,7 @@ from typing import Any
 
 import zmq
 
+from tokenrouter.api import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
@@ -105,6 +106,8 @@ class TokenRouterFrontend:
         self.models = list(models)
         self.model_names = [m.name for m in self.models]
         self.algorithm = algorithm
+        for i in range(len(self.models)):  # bad parameters or router files: one line now, before any start-up
+            build_algorithm(algorithm.name, i, self.model_names, algorithm.params).check()
         self.runtime = runtime or RuntimeConfig()
         self.seed = seed
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
