@@ -1,9 +1,10 @@
-"""Bad router files and config values through the real `tokenrouter bench` / `tokenrouter serve` processes:
+"""Bad model and router files and config values through the real `tokenrouter bench` / `tokenrouter serve` processes:
 each is one line on stderr and exit status 2 within seconds, before any subserver or model starts."""
 
 from __future__ import annotations
 
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -78,3 +79,15 @@ def test_bad_router_file_is_one_line(name: str, command: str, tmp_path: Path) ->
 def test_bad_seed_is_one_line(command: str, tmp_path: Path) -> None:
     done, took = _cli(command, ["models=sim-r2r", "seed=abc"], tmp_path)
     assert "seed must be an integer, got 'abc'" in _one_line_exit_2(done, command) and took < FAST_S
+
+
+@pytest.mark.parametrize("command", ["bench", "serve"])
+def test_truncated_model_weights_are_one_line(command: str, tmp_path: Path) -> None:
+    model = tmp_path / "small"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "tiny-pair" / "small", model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    done, took = _cli(command, ["models=tiny", f"models.members.0.source={model}", "algorithm=bernoulli",
+                                "workload=arith"], tmp_path)
+    line = _one_line_exit_2(done, command)
+    assert f"model weights {weights} are not a readable safetensors file" in line and took < FAST_S, (line, took)

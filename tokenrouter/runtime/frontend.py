@@ -29,6 +29,7 @@ import zmq
 
 from tokenrouter.api import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.engine.loader import check_source
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
@@ -106,7 +107,9 @@ class TokenRouterFrontend:
         self.models = list(models)
         self.model_names = [m.name for m in self.models]
         self.algorithm = algorithm
-        for i in range(len(self.models)):  # bad parameters or router files: one line now, before any start-up
+        for i, model in enumerate(self.models):  # bad parameters, model or router files: one line now
+            if model.engine == "torch":
+                check_source(model.source)
             build_algorithm(algorithm.name, i, self.model_names, algorithm.params).check()
         self.runtime = runtime or RuntimeConfig()
         self.seed = seed
