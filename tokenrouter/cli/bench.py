@@ -7,6 +7,7 @@ status 2 like every other command, and so tests can call `tokenrouter.cli.main([
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,7 @@ def _pin(key: str, directory: Path) -> str:
     return f"{key}='" + str(directory).replace("'", "\\'") + "'"
 
 
-def launch(hydra: Any, overrides: list[str], multirun: bool, task: Any) -> Any:
+def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any]) -> Any:
     """Run the job (or sweep, then collect it) holding its output dir for the whole time, and pinned to the
     dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second)."""
     directory = output_dir(hydra, overrides, multirun)
