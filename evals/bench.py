@@ -4,8 +4,11 @@ A run dir (Hydra's output dir) receives, as the run goes:
 - `config.yaml`: the resolved experiment config (Hydra also keeps the unresolved one under `.hydra/`);
 - `requests.jsonl`: one line per finished request, written and flushed when it finishes, so a crash keeps
   everything finished so far (failed requests are recorded with their error, never dropped);
-- `summary.json`: written last, only when the run completed. A multirun sweep skips runs whose summary.json
-  exists, so rerunning a crashed sweep with the same `hydra.sweep.dir` only runs what is missing.
+- `summary.json`: written last (atomically), only when the run completed. A multirun sweep skips runs whose
+  summary.json is readable, so rerunning a crashed sweep with the same `hydra.sweep.dir` only runs what is
+  missing; a rerun point starts its requests.jsonl afresh.
+The run dir is held (an flock, `tokenrouter.fsutil.locked_dir`) for the run's life, so a second writer into it
+is refused instead of interleaving with this one.
 
 Clients: `arrival=closed_loop` runs `concurrency` clients, each sending its next request when its last one
 finished (the paper's serving setting); `arrival=all_at_once` sends every request at t=0 (its Pareto study);
@@ -29,9 +32,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from evals.systems import ServingSystem, build_system, plain
-from tokenrouter.config import ModelSpec, model_specs
+from tokenrouter.config import ModelSpec, model_specs, seed_value
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
+from tokenrouter.fsutil import atomic_write_text, locked_dir
 from tokenrouter.results import GenerationRequest, GenerationResult
 
 log = logging.getLogger(__name__)
@@ -65,7 +69,7 @@ def prepare(cfg: Any, entry: ModelSpec) -> tuple[str, Prepared]:
     """Load the workload and encode its prompts with `entry`'s tokenizer (none for weightless sim models)."""
     from evals.workloads import encode_problem, load_workload
 
-    seed = int(cfg.get("seed", 0))
+    seed = seed_value(cfg.get("seed", 0))
     workload = load_workload(cfg.workload, seed=seed)
     tokenizer = None
     if entry.engine != "sim":
@@ -179,12 +183,13 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     if arrival not in ARRIVALS:
         raise UserError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
     concurrency = positive_int(cfg.get("concurrency", 1), "concurrency")
+    seed = seed_value(cfg.get("seed", 0))
     rate = request_rate(cfg) if arrival == "poisson" else None
     specs = {m.name: m for m in model_specs(cfg.models)}
     system = build_system(cfg)
     workload_name, prep = prepare(cfg, specs[system.model_names[0]])
     clients = concurrency if arrival == "closed_loop" else len(prep.requests)
-    arrivals = poisson_arrivals(len(prep.requests), rate, int(cfg.get("seed", 0))) if rate else None
+    arrivals = poisson_arrivals(len(prep.requests), rate, seed) if rate else None
     calibrate = getattr(system, "calibrate", None)
     if calibrate is not None:
         calibrate(prep.requests, prep.texts)
@@ -227,7 +232,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     summary["large_token_share"] = summary["tokens_per_model"].get(list(specs)[-1], 0) / total if total else None
     summary.update(run_info(cfg, system, workload_name, clients), stats=stats, **extra)
     summary["predicted_throughput_tok_s"] = predicted_throughput(cfg, system, clients)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
 
@@ -253,7 +258,7 @@ def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> di
         "arrival": arrival,
         "request_rate": request_rate(cfg) if arrival == "poisson" else None,
         "concurrency": clients,
-        "seed": int(cfg.get("seed", 0)),
+        "seed": seed_value(cfg.get("seed", 0)),
         "delayed_batching": bool(cfg.runtime.get("delayed_batching", True)),
         "thresholds_spec": plain(cfg.runtime.get("thresholds")),
         "thresholds": list(thresholds_at(clients)) if callable(thresholds_at) and arrival != "poisson" else None,
@@ -313,14 +318,34 @@ def run(cfg: Any) -> dict[str, Any] | None:
     hydra_cfg = HydraConfig.get()
     out = Path(hydra_cfg.runtime.output_dir)
     summary_path = out / SUMMARY_FILE
-    # `Hydra.run` sets mode RUN; jobs of a sweep carry MULTIRUN (or None when launched through Hydra's API)
-    if hydra_cfg.mode != RunMode.RUN and summary_path.exists():
-        log.info("skipping %s: %s exists (delete it to rerun this point)", out, SUMMARY_FILE)
-        return json.loads(summary_path.read_text())
-    out.mkdir(parents=True, exist_ok=True)
-    summary_path.unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    summary = asyncio.run(run_system(cfg, out))
+    # the CLI already holds a single run's dir and a sweep's dir; this also keeps a point of a sweep from
+    # another writer (e.g. a single run aimed at it, or a launcher's worker process)
+    with locked_dir(out, "run directory"):
+        # `Hydra.run` sets mode RUN; jobs of a sweep carry MULTIRUN (or None when launched through Hydra's API)
+        if hydra_cfg.mode != RunMode.RUN:
+            done = completed_summary(summary_path)
+            if done is not None:
+                log.info("skipping %s: %s exists (delete it to rerun this point)", out, SUMMARY_FILE)
+                return done
+        summary_path.unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
+        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        summary = asyncio.run(run_system(cfg, out))
     log.info("%s: %.1f tok/s over %d requests -> %s", cfg.system.name, summary["throughput_tok_s"] or 0.0,
              summary["num_requests"], out)
     return summary
+
+
+def completed_summary(path: Path) -> dict[str, Any] | None:
+    """The summary of a completed point, or None when the point must (re)run: no summary.json, or one that
+    cannot be read back (cut short by a crash, corrupt disk), which is reported and rerun rather than trusted."""
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        problem = None if isinstance(summary, dict) else "not a JSON object"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is None:
+        return summary
+    log.warning("%s is unreadable (%s): rerunning this point", path, problem)
+    return None

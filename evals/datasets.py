@@ -59,6 +59,9 @@ def load_records(cfg: Any) -> tuple[list[dict[str, Any]], str]:
 
 def read_file(path: Path, name: str) -> list[dict[str, Any]]:
     """Rows of a JSONL / JSON-list / Parquet / CSV file (CSV cells stay strings, so answers keep their text)."""
+    if path.is_dir():
+        raise UserError(f"workload {name}: workload.path {path} is a directory, expected a file "
+                        f"({', '.join(FORMATS)})")
     if not path.is_file():
         raise UserError(f"workload {name}: data file {path} does not exist")
     suffix = path.suffix.lower()

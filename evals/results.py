@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from tokenrouter.errors import UserError
+from tokenrouter.jsonl import read_json_objects
 
 CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
 
@@ -118,5 +119,4 @@ def load_requests(run_dir: str | Path) -> pd.DataFrame:
     path = Path(run_dir) / "requests.jsonl"
     if not path.is_file():
         raise UserError(f"{run_dir}: no requests.jsonl")
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return pd.DataFrame(rows)
+    return pd.DataFrame(read_json_objects(path))  # a line cut short names the file and line

@@ -18,7 +18,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs, seed_value
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 
@@ -62,7 +62,7 @@ class SystemSetup:
             models=model_specs(cfg.models),
             algorithm=AlgorithmSpec.from_dict(cfg.get("algorithm")),
             runtime=RuntimeConfig.from_dict(cfg.get("runtime")),
-            seed=int(cfg.get("seed", 0)),
+            seed=seed_value(cfg.get("seed", 0)),
             system=system,
             workload_name=str(workload.get("name", "")) if hasattr(workload, "get") else "",
         )

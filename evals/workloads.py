@@ -53,6 +53,7 @@ LOADERS: dict[str, str] = {
     "synthetic": "evals.loaders:load_synthetic",
     "arith": "evals.arith:load_arith",
 }
+GENERATED = {"synthetic", "arith"}  # loaders that make their problems and read no data file
 
 
 def _resolve(target: str) -> Callable[[Any, int], Workload]:
@@ -70,6 +71,10 @@ def load_workload(cfg: Any, seed: int = 0) -> Workload:
         raise UserError(
             f"workload {name}: unknown loader {loader!r}; known: {sorted(LOADERS)} or 'module:function'"
         )
+    path = cfg.get("path")
+    if loader in GENERATED and path:  # never silently ignored: the user meant some data to be used
+        raise UserError(f"workload.path is not used by workload {name} (its problems are generated, not read "
+                        f"from a file); drop workload.path={path}")
     try:
         load = _resolve(LOADERS.get(loader, loader))
     except (ImportError, AttributeError) as exc:

@@ -119,6 +119,10 @@ class RoutingAlgorithm(ABC):
         if params:
             raise UserError(f"algorithm {self.name!r}: unknown parameter(s) {sorted(params)}")
 
+    def check(self) -> None:
+        """Called in the front end before any subserver starts: validate what `bind()` will load (router
+        files), so bad input is one clear line at once rather than a failed start-up after the models load."""
+
     def bind(self, engine: Engine) -> None:
         """Called once in the subserver process before serving: load router networks onto the engine's device."""
 

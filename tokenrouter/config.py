@@ -167,3 +167,11 @@ def model_specs(models_cfg: Any) -> list[ModelSpec]:
     if len(set(names)) != len(names):
         raise UserError(f"models: names must be unique, got {names}")
     return specs
+
+
+def seed_value(value: Any) -> int:
+    """The experiment `seed` as an int (Hydra passes `seed=abc` through as a string): bad -> one clear line."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, int | str) or not text.lstrip("-").isdigit():
+        raise UserError(f"seed must be an integer, got {value!r}")
+    return int(text)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenrouter.algorithms.checkpoints import load_router, save_router
+from tokenrouter.algorithms.checkpoints import check_router, load_router, save_router
 from tokenrouter.algorithms.routers import R2RConfig, R2RRouter, build_router
 from tokenrouter.errors import UserError
 
@@ -116,6 +116,9 @@ def test_checkpoint_needing_arbitrary_unpickling_is_refused(tmp_path: Path) -> N
     torch.save(doc, path)
     with pytest.raises(UserError, match="unpickling arbitrary Python objects.*refused"):
         load_router(str(path), "r2r", torch.randn(VOCAB, D))
+    with pytest.raises(UserError, match="unpickling arbitrary Python objects.*refused") as refused:
+        check_router(str(path), "r2r")  # the front end's check, before any subserver starts
+    assert "weights_only" not in str(refused.value)  # never the advice to load it anyway
     assert not marker.exists()
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match="not a readable torch checkpoint"):

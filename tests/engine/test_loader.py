@@ -9,7 +9,7 @@ import pytest
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine import build_engine
 from tokenrouter.engine.base import StepItem
-from tokenrouter.engine.loader import load_model, load_tokenizer, resolve_source
+from tokenrouter.engine.loader import check_source, load_model, load_tokenizer, resolve_source
 from tokenrouter.errors import UserError
 from tokenrouter.models.tiny_random import tiny_random_path
 
@@ -56,6 +56,23 @@ def test_corrupt_safetensors_and_gguf(tmp_path) -> None:
     gguf.write_bytes(b"GGML not really")
     with pytest.raises(UserError, match="broken.gguf"):
         load_model(str(gguf))
+
+
+def test_check_source_reads_headers_only(tmp_path) -> None:
+    good = tmp_path / "good"
+    shutil.copytree(tiny_random_path("small"), good)
+    check_source(str(good))  # whole files pass; built-in and Hub sources are the loader's business
+    check_source("tiny-random:small")
+    check_source("Qwen/Qwen3-0.6B")
+    weights = good / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])  # cut short, as an interrupted copy leaves it
+    with pytest.raises(UserError, match=f"model weights {weights} are not a readable safetensors file"):
+        check_source(str(good))
+    (tmp_path / "broken.gguf").write_bytes(b"GGML not really")
+    with pytest.raises(UserError, match="broken.gguf: not a readable GGUF file"):
+        check_source(str(tmp_path / "broken.gguf"))
+    with pytest.raises(UserError, match="model not found"):
+        check_source(str(tmp_path / "missing"))
 
 
 def test_bad_dtype_and_device() -> None:

@@ -70,6 +70,18 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert not (tmp_path / "summary.json").exists()
 
 
+def test_workload_path_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"problem": "1+1", "answer": "2"}\n')
+    for argv, expected in ((["workload.path=" + str(data)], "workload.path is not used by workload synthetic"),
+                           (["workload=math500", f"workload.path={tmp_path}"], "is a directory, expected a file"),
+                           (["seed=abc"], "seed must be an integer, got 'abc'")):
+        capsys.readouterr()
+        assert main(["bench", *SIM[:2], *argv, f"hydra.run.dir={tmp_path / 'run'}"]) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("tokenrouter bench: error:") and expected in err and "\n" not in err, err
+
+
 def test_help_shows_ours_and_hydras(capsys: pytest.CaptureFixture) -> None:
     assert main(["bench", "--help"]) == 0
     out = capsys.readouterr().out

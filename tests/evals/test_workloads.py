@@ -256,3 +256,16 @@ def test_hub_path_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert [p.answer for p in w.problems] == ["3", "1"] and w.problems[0].messages[-1]["content"].startswith(
         "p3"
     )
+
+
+@pytest.mark.parametrize("name", ["synthetic", "arith"])
+def test_path_on_a_generated_workload_is_refused(name: str, tmp_path: Path) -> None:
+    data = write(tmp_path / "data.jsonl", [{"problem": "1+1", "answer": "2"}])
+    with pytest.raises(UserError, match=f"workload.path is not used by workload {name} .*{data}"):
+        load_workload(workload_cfg(name, path=str(data)))
+    assert load_workload(workload_cfg(name, path=None)).problems  # unset: fine
+
+
+def test_directory_path_says_directory(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=f"workload.path {tmp_path} is a directory, expected a file"):
+        load_workload(workload_cfg("math500", path=str(tmp_path)))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
+from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest
 from tokenrouter.runtime.frontend import RuntimeFailure, TokenRouterFrontend
 
@@ -124,12 +125,19 @@ def test_thresholds_that_look_infeasible_cannot_deadlock_over_tcp() -> None:
     asyncio.run(scenario())
 
 
-def test_bad_model_source_fails_start_up_with_the_childs_message() -> None:
+def test_bad_model_source_fails_before_any_subserver_starts() -> None:
     models = [SIM2[0], ModelSpec(name="large", source="/no/such/model/dir", engine="torch")]
+    with pytest.raises(UserError, match="model not found: '/no/such/model/dir'"):
+        TokenRouterFrontend(models, BERNOULLI, RuntimeConfig(startup_timeout_s=60))
+
+
+def test_model_failing_to_load_fails_start_up_with_the_childs_message(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")  # passes the front end's check, fails to load in the child
+    models = [SIM2[0], ModelSpec(name="large", source=str(tmp_path), engine="torch")]
 
     async def scenario() -> None:
         fe = TokenRouterFrontend(models, BERNOULLI, RuntimeConfig(startup_timeout_s=60))
-        with pytest.raises(RuntimeFailure, match=r"model 'large' failed to start: .*/no/such/model/dir"):
+        with pytest.raises(RuntimeFailure, match=f"model 'large' failed to start: cannot load model from {tmp_path}"):
             await fe.start()
         assert all(_gone(pid) for pid in fe.pids) and fe.socket_dir is None
 

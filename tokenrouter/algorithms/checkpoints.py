@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import json
 import pickle
+import pickletools
+import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tokenrouter.algorithms.routers import R2RRouter, RouterNet, build_router, router_config
 from tokenrouter.errors import UserError, first_line
+from tokenrouter.fsutil import atomic_write_text
 
 FORMAT = "tokenrouter.router"
 EMBEDDING_KEY = "token_embeddings.weight"
@@ -45,12 +50,10 @@ def load_router(path: str, kind: str, embeddings: torch.Tensor | None = None) ->
     """Load a router of `kind` from our format or (r2r) the official layout; `embeddings` = the small model's
     input embedding weight, needed by routers that embed the predicted token."""
     local = _resolve(path)
-    if local.is_dir() or local.suffix in (".json", ".safetensors"):
+    if _is_ours(local):
         loaded = _load_ours(local, kind)
-    elif kind == "r2r":
-        loaded = load_official(local, embeddings)
     else:
-        raise UserError(f"{kind} router {path!r}: expected a .safetensors + .json pair (or their directory)")
+        loaded = load_official(_official_file(local, kind, path), embeddings)
     if isinstance(loaded.net, R2RRouter):
         if embeddings is None:
             raise UserError(f"{kind} router {path!r} needs the small model's input embedding (engine has none)")
@@ -59,29 +62,32 @@ def load_router(path: str, kind: str, embeddings: torch.Tensor | None = None) ->
     return loaded
 
 
+def check_router(path: str, kind: str) -> None:
+    """Read the router file(s) as `load_router` will, without an engine: the front end calls this before it
+    starts any subserver, so a corrupt, truncated or unsafe file is one clear line in a second, not a failed
+    start-up after the models loaded."""
+    local = _resolve(path)
+    if _is_ours(local):
+        _load_ours(local, kind)
+    else:
+        _read_official(_official_file(local, kind, path))
+
+
+def _is_ours(local: Path) -> bool:
+    return local.is_dir() or local.suffix in (".json", ".safetensors")
+
+
+def _official_file(local: Path, kind: str, path: str) -> Path:
+    if kind != "r2r":
+        raise UserError(f"{kind} router {path!r}: expected a .safetensors + .json pair (or their directory)")
+    return local
+
+
 def load_official(path: Path, embeddings: torch.Tensor | None = None) -> LoadedRouter:
     """Read an official R2R checkpoint dict (weights only) into an `R2RRouter`. Its token embedding comes from
     the checkpoint when present (the `_all` variant), else from `embeddings` (the small model's)."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        reason = _unpickler_reason(str(exc))
-        if "global" not in reason.lower():
-            raise UserError(f"router checkpoint {str(path)!r} is not a readable torch checkpoint: {reason}") from None
-        raise UserError(
-            f"router checkpoint {str(path)!r} needs unpickling arbitrary Python objects, which could run code; "
-            f"refused (only weights-only checkpoints load): {reason}"
-        ) from None
-    except (RuntimeError, OSError, EOFError) as exc:
-        raise UserError(f"router checkpoint {str(path)!r} is not a readable torch checkpoint: {exc}") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "init_args" not in ckpt:
-        raise UserError(f"router checkpoint {str(path)!r}: not the R2R layout (a dict with init_args and state_dict)")
+    ckpt = _read_official(path)
     model_type = str(ckpt.get("model_type", ""))
-    if model_type.lower() not in OFFICIAL_R2R_TYPES:
-        raise UserError(
-            f"router checkpoint {str(path)!r}: model_type {model_type!r} is not supported "
-            f"(supported: HiddenStatesTokenLMHeadLogitsClassifier, the R2R router)"
-        )
     state = dict(ckpt["state_dict"])
     args = dict(ckpt["init_args"])
     if args.pop("use_position_embedding", False):
@@ -106,6 +112,49 @@ def load_official(path: Path, embeddings: torch.Tensor | None = None) -> LoadedR
     return LoadedRouter(net, None if threshold is None else float(threshold), meta)
 
 
+def _read_official(path: Path) -> dict[str, Any]:
+    """The checkpoint dict, read weights-only (nothing in it is executed), in the official R2R layout."""
+    where = f"router checkpoint {str(path)!r}"
+    try:
+        with warnings.catch_warnings():  # e.g. torch's note on pickle protocols: the error below says it all
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = _unpickler_reason(str(exc))
+        unsafe = "global" in reason.lower()
+        if unsafe or _is_pickle(path):
+            raise UserError(
+                f"{where} needs unpickling arbitrary Python objects{f' ({reason})' if unsafe else ''}, which could "
+                "run code: refused; only checkpoints of plain tensors, dicts, lists and numbers load"
+            ) from None
+        if zipfile.is_zipfile(path):
+            raise UserError(f"{where} is not a readable torch checkpoint: {reason}") from None
+        raise UserError(f"{where} is not a readable torch checkpoint: neither a torch zip archive nor a pickle") from None
+    except (RuntimeError, OSError, EOFError, ValueError) as exc:
+        raise UserError(f"{where} is not a readable torch checkpoint: {first_line(exc)}") from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "init_args" not in ckpt:
+        raise UserError(f"{where}: not the R2R layout (a dict with init_args and state_dict)")
+    model_type = str(ckpt.get("model_type", ""))
+    if model_type.lower() not in OFFICIAL_R2R_TYPES:
+        raise UserError(
+            f"{where}: model_type {model_type!r} is not supported "
+            f"(supported: HiddenStatesTokenLMHeadLogitsClassifier, the R2R router)"
+        )
+    return ckpt
+
+
+def _is_pickle(path: Path) -> bool:
+    """Whether the file parses as one pickle stream (opcodes only: nothing is built or executed)."""
+    try:
+        with path.open("rb") as fh:
+            for opcode, _, _ in pickletools.genops(fh):
+                if opcode.name == "STOP":
+                    return True
+    except Exception:  # noqa: BLE001 - any parse failure: not a pickle
+        return False
+    return False
+
+
 def save_router(net: RouterNet, stem: Path, threshold: float, meta: dict[str, Any]) -> tuple[Path, Path]:
     """Write `<stem>.safetensors` + `<stem>.json`; returns both paths."""
     stem = Path(stem)
@@ -115,15 +164,17 @@ def save_router(net: RouterNet, stem: Path, threshold: float, meta: dict[str, An
     save_file(state, str(weights))
     doc = {"format": FORMAT, "version": 1, "kind": net.kind, "config": router_config(net), "threshold": threshold}
     doc.update(meta)
-    sidecar.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(sidecar, json.dumps(doc, indent=2, sort_keys=True) + "\n")  # last: marks the pair whole
     return weights, sidecar
 
 
 def _unpickler_reason(message: str) -> str:
-    """The one informative line of torch's weights-only refusal (e.g. `Unsupported global: GLOBAL x.y`)."""
+    """What torch's weights-only unpickler stumbled on (e.g. `Unsupported global: GLOBAL x.y`), without its
+    advice on how to load the file anyway."""
     tail = message.split("WeightsUnpickler error:", 1)[-1]
     lines = [line.strip() for line in tail.splitlines() if line.strip()]
-    return lines[0].split(" Please use", 1)[0] if lines else "unreadable"
+    reason = lines[0].split(" was not an allowed global", 1)[0].split(" Please use", 1)[0] if lines else ""
+    return reason if reason and "weights_only" not in reason else "not weights only"
 
 
 def _load_ours(path: Path, kind: str) -> LoadedRouter:
@@ -145,7 +196,11 @@ def _load_ours(path: Path, kind: str) -> LoadedRouter:
     if doc.get("kind") != kind:
         raise UserError(f"router {str(path)!r} is a {doc.get('kind')!r} router, not {kind!r}")
     net = build_router(kind, dict(doc.get("config") or {}))
-    _load_state(net, load_file(str(weights)), weights)
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError) as exc:  # truncated, corrupt or unreadable
+        raise UserError(f"router weights {str(weights)!r} are not a readable safetensors file: {first_line(exc)}") from None
+    _load_state(net, state, weights)
     threshold = doc.get("threshold")
     return LoadedRouter(net, None if threshold is None else float(threshold), doc)
 

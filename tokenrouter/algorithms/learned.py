@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from tokenrouter.algorithms.checkpoints import load_router
+from tokenrouter.algorithms.checkpoints import check_router, load_router
 from tokenrouter.algorithms.rates import measured_rate
 from tokenrouter.algorithms.routers import RouterNet
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult
@@ -55,18 +55,26 @@ class LearnedRouting(RoutingAlgorithm):
         self.router_meta: dict[str, Any] = {}
         self.device = torch.device("cpu")
 
-    def bind(self, engine: Engine) -> None:
-        if self.model_index != 0:
-            return  # the large side only generates one token and returns
+    def check(self) -> None:
+        if self.model_index == 0:  # the router's files, read once here without the small model's engine
+            check_router(self._router(), self.name)
+
+    def _router(self) -> str:
         if not self.router_path:
             raise UserError(
                 f"{self.name}: no router given; set algorithm.router=PATH "
                 f"(train one with `tokenrouter train-router --algorithm {self.name}`)"
             )
+        return str(self.router_path)
+
+    def bind(self, engine: Engine) -> None:
+        if self.model_index != 0:
+            return  # the large side only generates one token and returns
+        path = self._router()
         if not engine.hidden_size:
             raise UserError(f"{self.name}: model {self.model_names[0]!r} has no hidden states; {WEIGHTLESS}")
         emb = engine.input_embeddings()
-        loaded = load_router(str(self.router_path), self.name, None if emb is None else emb.weight)
+        loaded = load_router(path, self.name, None if emb is None else emb.weight)
         expected = loaded.net.config.hidden_states_size
         if expected != engine.hidden_size:
             raise UserError(

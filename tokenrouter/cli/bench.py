@@ -7,6 +7,7 @@ status 2 like every other command, and so tests can call `tokenrouter.cli.main([
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from tokenrouter.cli.args import ArgumentParser
 from tokenrouter.cli.hydra_config import conf_dir
 from tokenrouter.errors import UserError
+from tokenrouter.fsutil import atomic_write_text, locked_dir
 
 HELP = "run an experiment (Hydra overrides; -m for a multirun sweep) and write a run dir"
 
@@ -33,8 +35,10 @@ concurrency (closed-loop clients), arrival (closed_loop | all_at_once | poisson 
 second), seed, runtime.* (thresholds,
 delayed_batching, ...), optional +sampling.temperature=... (greedy by default).
 
-Sweeps: a sweep skips every run whose summary.json already exists, so rerunning the same command after a
-crash resumes it; at the end its runs are collected into one table, <sweep dir>/results.csv. Experiments write to the fixed dir multirun/<experiment>/<point>; for your own sweeps pass
+Sweeps: a sweep skips every run whose summary.json already exists (an unreadable one is rerun, with a
+warning), so rerunning the same command after a crash resumes it; at the end its runs are collected into one
+table, <sweep dir>/results.csv. A run or sweep holds its directory while it runs: a second one into the same
+directory is refused (exit 2). Experiments write to the fixed dir multirun/<experiment>/<point>; for your own sweeps pass
 hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out: joblib locally
 (hydra/launcher=joblib, package hydra-joblib-launcher), submitit on SLURM (see conf/experiment/README.md).
 Set TOKENROUTER_CONF=DIR to use another config dir (default: the repo's conf/)."""
@@ -50,7 +54,7 @@ def _parser() -> ArgumentParser:
     return p
 
 
-def _hydra(conf: Path):  # -> hydra._internal.hydra.Hydra
+def hydra_app(conf: Path):  # -> hydra._internal.hydra.Hydra
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
@@ -106,7 +110,35 @@ SHOWN = ("system", "algorithm", "models", "concurrency", "request_rate", "throug
          "predicted_throughput_tok_s", "accuracy", "mean_latency_s", "run_dir")
 
 
-def _collect(sweep_dir: Path) -> None:
+def output_dir(hydra: Any, overrides: list[str], multirun: bool) -> Path:
+    """The directory a run (`hydra.run.dir`) or sweep (`hydra.sweep.dir`) writes, resolved against the whole
+    composed config, as Hydra's launcher does: experiment configs interpolate `${experiment_name}` into it."""
+    from hydra.types import RunMode
+
+    cfg = hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
+    return Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)).resolve()
+
+
+def _pin(key: str, directory: Path) -> str:
+    """An override fixing `key` to `directory`, quoted (a comma in a path must not start a sweep)."""
+    return f"{key}='" + str(directory).replace("'", "\\'") + "'"
+
+
+def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any]) -> Any:
+    """Run the job (or sweep, then collect it) holding its output dir for the whole time, and pinned to the
+    dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second)."""
+    directory = output_dir(hydra, overrides, multirun)
+    with locked_dir(directory, "sweep directory" if multirun else "run directory"):
+        pinned = [*overrides, _pin("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)]
+        if not multirun:
+            return hydra.run(config_name="config", task_function=task, overrides=pinned)
+        returns = hydra.multirun(config_name="config", task_function=task, overrides=pinned)
+        if returns and returns[0]:
+            collect(directory)
+        return returns
+
+
+def collect(sweep_dir: Path) -> None:
     """The sweep's runs as one table: results.csv in the sweep dir, and the main columns printed."""
     from evals.results import load_results
 
@@ -115,7 +147,7 @@ def _collect(sweep_dir: Path) -> None:
     except UserError as exc:  # every run failed: nothing to collect
         print(f"tokenrouter bench: no results to collect in {sweep_dir}: {exc}", file=sys.stderr)
         return
-    table.to_csv(sweep_dir / "results.csv", index=False)
+    atomic_write_text(sweep_dir / "results.csv", table.to_csv(index=False))
     shown = table[[c for c in SHOWN if c in table.columns]].dropna(axis=1, how="all")  # e.g. no request_rate
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(f"{len(table)} runs -> {sweep_dir / 'results.csv'}")
@@ -130,7 +162,7 @@ def run(argv: list[str]) -> int:
     bad = [o for o in args.overrides if o.startswith("-")]
     if bad:
         raise UserError(f"unknown option {bad[0]!r} (see `tokenrouter bench --help`)")
-    hydra = _hydra(conf_dir())
+    hydra = hydra_app(conf_dir())
     try:
         if args.help:
             _print_help(hydra, args.overrides)
@@ -139,17 +171,12 @@ def run(argv: list[str]) -> int:
             hydra.show_cfg(config_name="config", overrides=args.overrides, cfg_type=args.cfg, package=None,
                            resolve=args.resolve)
             return 0
-        if args.multirun:
-            returns = hydra.multirun(config_name="config", task_function=_task, overrides=args.overrides)
-        else:
-            returns = hydra.run(config_name="config", task_function=_task, overrides=args.overrides)
+        returns = launch(hydra, args.overrides, args.multirun, _task)
     except (HydraException, OmegaConfBaseException) as exc:
         raise UserError(_one_line(exc)) from None
     finally:
         GlobalHydra.instance().clear()
     failures = _failures(returns)
-    if args.multirun and returns and returns[0]:
-        _collect(Path(returns[0][0].hydra_cfg.hydra.sweep.dir))
     if not args.multirun and failures and failures[0].bad_input:
         raise UserError(failures[0].message)
     for f in failures:

@@ -25,6 +25,7 @@ from hydra.experimental.callback import Callback
 
 from tokenrouter.cli.args import ArgumentParser
 from tokenrouter.errors import UserError
+from tokenrouter.fsutil import atomic_write_text
 
 HELP = "the laptop study: make the local pair and its router, run the demo sweeps at N=8, write results/demo/"
 STAMP_FILE = "demo_stamp.json"
@@ -220,7 +221,7 @@ def prepare_sweep_dir(sweep_dir: Path, stamp: dict[str, Any], fresh: bool) -> No
             print(f"discarding the earlier runs in {sweep_dir} ({why})", flush=True)
             shutil.rmtree(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(stamp, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(stamp, indent=2) + "\n")
 
 
 def run_sweeps(sweeps: list[list[str]], common: list[str], sweep_dir: Path) -> list[str]:
@@ -362,7 +363,7 @@ def run(argv: list[str]) -> int:
     phases["total"] = round(time.perf_counter() - start, 1)
     written += [args.out / "demo.json", args.out / "demo.md"]
     figures["files"] = [p.name for p in written]
-    (args.out / "demo.json").write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    atomic_write_text(args.out / "demo.json", json.dumps(figures, indent=2, default=str) + "\n")
     note = closing_note(figures, figures["files"])
     (args.out / "demo.md").write_text(note)
     print(note)

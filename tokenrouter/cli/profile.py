@@ -15,6 +15,7 @@ from tokenrouter.cli.args import ArgumentParser, int_list
 from tokenrouter.cli.engine_opts import add_engine_args, engine_from_args
 from tokenrouter.engine.profiling import kv_needed, measure, profile_dict
 from tokenrouter.errors import UserError
+from tokenrouter.fsutil import atomic_write_text
 
 HELP = "measure decode-step latency per batch size and extend cost per token (JSON for sim / perfmodel)"
 
@@ -48,7 +49,7 @@ def run(argv: list[str]) -> int:
     text = json.dumps(profile, indent=2)
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(text + "\n")
+        atomic_write_text(args.output, text + "\n")
     if args.json:
         print(text)
     else:

@@ -182,19 +182,16 @@ def _text_setup(models: list[Any]) -> tuple[Any, int | None]:
 
 async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
     """Start the front end, then uvicorn on the bound socket; close the front end however serving ends."""
-    from tokenrouter.api import build_algorithm
-    from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
+    from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs, seed_value
     from tokenrouter.runtime.frontend import RuntimeFailure, TokenRouterFrontend
     from tokenrouter.runtime.http_server import ServerOptions, create_app
 
     models = model_specs(cfg.models)
     algorithm = AlgorithmSpec.from_dict(cfg.get("algorithm"))
     names = [m.name for m in models]
-    for i in range(len(models)):  # bad algorithm parameters: one line now, not after the subservers load
-        build_algorithm(algorithm.name, i, names, algorithm.params)
     runtime = RuntimeConfig.from_dict(cfg.get("runtime"))
     name = opts["model_name"] or str(cfg.models.get("name") or "+".join(names))
-    frontend = TokenRouterFrontend(models, algorithm, runtime, seed=int(cfg.get("seed", 0)))
+    frontend = TokenRouterFrontend(models, algorithm, runtime, seed=seed_value(cfg.get("seed", 0)))
     try:  # the entry model's tokenizer loads while the subservers start
         (tokenizer, context), _ = await asyncio.gather(asyncio.to_thread(_text_setup, models), frontend.start())
         options = ServerOptions(name, max_body_bytes=opts["max_body_bytes"],

@@ -56,6 +56,29 @@ def resolve_source(source: str) -> ResolvedSource:
     raise UserError(f"model not found: {source!r} is neither a file, a directory nor a Hub id")
 
 
+def check_source(source: str) -> None:
+    """Check a local model source before any process loads it: the path, its config.json, and that each
+    weights file is whole (safetensors headers cover their file, a GGUF header parses). Headers only, so a
+    truncated copy fails in the front end in a second rather than in a subserver after start-up. Built-in
+    and Hub sources are left to the loader (building or downloading them is its job)."""
+    if source.startswith(("tiny-random:", "tiny:")):
+        return
+    src = resolve_source(source)
+    if not src.is_local:
+        return
+    if src.gguf_file:
+        _gguf_overrides(Path(src.location) / src.gguf_file)
+        return
+    from safetensors import SafetensorError, safe_open
+
+    for weights in sorted(Path(src.location).glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise UserError(f"model weights {weights} are not a readable safetensors file: {first_line(exc)}") from None
+
+
 def torch_dtype(name: str):
     import torch
 

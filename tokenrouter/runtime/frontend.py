@@ -29,8 +29,10 @@ from typing import Any
 
 import zmq
 
+from tokenrouter.api import build_algorithm
 from tokenrouter.children import child_env
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.engine.loader import check_source, check_tp
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
@@ -116,6 +118,12 @@ class TokenRouterFrontend:
         self.models = list(models)
         self.model_names = [m.name for m in self.models]
         self.algorithm = algorithm
+        for i, model in enumerate(self.models):  # bad parameters, model or router files: one line now
+            if model.engine == "torch":
+                check_source(model.source)
+                if model.tp > 1:
+                    check_tp(model.source, model.tp, model.name)
+            build_algorithm(algorithm.name, i, self.model_names, algorithm.params).check()
         self.runtime = runtime or RuntimeConfig()
         self.seed = seed
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)

@@ -1,0 +1,93 @@
+"""Bad model and router files and config values through the real `tokenrouter bench` / `tokenrouter serve` processes:
+each is one line on stderr and exit status 2 within seconds, before any subserver or model starts."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tokenrouter.algorithms.checkpoints import save_router
+from tokenrouter.algorithms.routers import build_router
+
+FAST_S = 15.0  # CLI start-up + torch import on a busy 2-core machine; a model start-up takes far longer
+
+
+class _Payload:
+    """Unpickling this runs code (touches a marker file): a checkpoint holding it must be refused unread."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _router_files(tmp_path: Path) -> dict[str, Path]:
+    torch.manual_seed(0)
+    net = build_router("r2r", {"hidden_states_size": 64, "vocab_size": 100, "hidden_dims": [32], "logits_size": 8})
+    weights, _ = save_router(net, tmp_path / "ours" / "router", 0.5, {})
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a copy cut short
+    official = {"model_type": "HiddenStatesTokenLMHeadLogitsClassifier", "init_args": {}, "state_dict": {},
+                "model_specific_args": {"extra": _Payload(tmp_path / "code-ran")}}
+    torch.save(official, tmp_path / "unsafe.pt")
+    torch.save({"state_dict": {"w": torch.zeros(1000)}}, tmp_path / "whole.pt")
+    (tmp_path / "truncated.pt").write_bytes((tmp_path / "whole.pt").read_bytes()[:600])
+    (tmp_path / "random.pt").write_bytes(random.Random(0).randbytes(4096))
+    return {"random.pt": tmp_path / "random.pt", "truncated.pt": tmp_path / "truncated.pt",
+            "unsafe.pt": tmp_path / "unsafe.pt", "truncated.safetensors": weights}
+
+
+def _cli(command: str, overrides: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
+    extra = [f"hydra.run.dir={tmp_path / 'run'}"] if command == "bench" else ["server.port=0"]
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "tokenrouter", command, *overrides, *extra],
+                          capture_output=True, text=True, timeout=120)
+    return done, time.monotonic() - start
+
+
+def _one_line_exit_2(done: subprocess.CompletedProcess, command: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tokenrouter {command}: error: "), done.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["bench", "serve"])
+@pytest.mark.parametrize("name", ["random.pt", "truncated.pt", "unsafe.pt", "truncated.safetensors"])
+def test_bad_router_file_is_one_line(name: str, command: str, tmp_path: Path) -> None:
+    path = _router_files(tmp_path)[name]
+    done, took = _cli(command, ["models=tiny", "algorithm=r2r", f"algorithm.router={path}", "workload=arith"],
+                      tmp_path)
+    line = _one_line_exit_2(done, command)
+    assert str(path) in line and took < FAST_S, (line, took)
+    assert "weights_only" not in line and "Traceback" not in done.stdout
+    if name == "unsafe.pt":
+        assert "needs unpickling arbitrary Python objects" in line and "refused" in line
+        assert not (tmp_path / "code-ran").exists()
+    else:
+        assert "not a readable" in line
+
+
+@pytest.mark.parametrize("command", ["bench", "serve"])
+def test_bad_seed_is_one_line(command: str, tmp_path: Path) -> None:
+    done, took = _cli(command, ["models=sim-r2r", "seed=abc"], tmp_path)
+    assert "seed must be an integer, got 'abc'" in _one_line_exit_2(done, command) and took < FAST_S
+
+
+@pytest.mark.parametrize("command", ["bench", "serve"])
+def test_truncated_model_weights_are_one_line(command: str, tmp_path: Path) -> None:
+    model = tmp_path / "small"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "tiny-pair" / "small", model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    done, took = _cli(command, ["models=tiny", f"models.members.0.source={model}", "algorithm=bernoulli",
+                                "workload=arith"], tmp_path)
+    line = _one_line_exit_2(done, command)
+    assert f"model weights {weights} are not a readable safetensors file" in line and took < FAST_S, (line, took)
