@@ -301,9 +301,14 @@ class Subserver:
     # ---- stage 3: send -------------------------------------------------------------------------------------
 
     def flush(self, now: float) -> None:
+        waiting: dict[int, list[Message]] = {}
         for peer, msgs in self._outbox.items():
-            self.peers[peer].send(encode(msgs), zmq.NOBLOCK)
-        self._outbox.clear()
+            sock = self.peers.get(peer)
+            if sock is None:  # a peer's hand-off can overtake the front end's Peers message (another
+                waiting[peer] = msgs  # connection): answer it once Peers is here, which wakes this loop
+                continue
+            sock.send(encode(msgs), zmq.NOBLOCK)
+        self._outbox = waiting
         r = self._report
         if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
             r.stats = self.counters.snapshot(now)

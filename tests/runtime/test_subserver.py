@@ -1,0 +1,47 @@
+"""One subserver's loop pieces in-process (sim engine, real zmq sockets): a hand-off that overtakes the front
+end's Peers message (it travels on another connection) is answered once Peers arrives, not lost or fatal."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import zmq
+
+from tokenrouter.api import PeerRequest, build_algorithm
+from tokenrouter.config import ModelSpec, RuntimeConfig, SimSpec
+from tokenrouter.engine.base import SamplingParams
+from tokenrouter.engine.sim import SimEngine
+from tokenrouter.runtime.ipc import bind_inbox, connect_outbox
+from tokenrouter.runtime.messages import PeerMessage, Peers, RequestMeta, decode
+from tokenrouter.runtime.subserver import Subserver, SubserverConfig
+
+MODELS = [ModelSpec(name="small", engine="sim", sim=SimSpec(latency_ms=0.1, seed=1)),
+          ModelSpec(name="large", engine="sim", sim=SimSpec(latency_ms=0.1, seed=2))]
+
+
+def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
+    ctx = zmq.Context()
+    small_inbox, small_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "small")
+    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
+    inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "large")
+    cfg = SubserverConfig(1, [m.to_dict() for m in MODELS], "bernoulli", {"route_prob": 1.0},
+                          asdict(RuntimeConfig(thresholds=[1, 1])), frontend_endpoint, "ipc", str(tmp_path))
+    algo = build_algorithm("bernoulli", 1, ["small", "large"], {"route_prob": 1.0})
+    sub = Subserver(cfg, SimEngine.from_spec(MODELS[1]), algo, ctx, inbox, connect_outbox(ctx, frontend_endpoint))
+    try:
+        meta = RequestMeta(8, SamplingParams(), 7, [])
+        sub.handle(PeerMessage(PeerRequest("r", 0, [5, 6, 7], 3), sender=0, hops=1, meta=meta))
+        batch = sub.sched.next_batch(time.perf_counter(), lambda e: 3)
+        sub.run_batch(batch)  # the large model commits one token and hands the request back to model 0
+        sub.flush(time.perf_counter())  # ... whose endpoint it does not know yet
+        assert 0 in sub._outbox and not small_inbox.poll(100)
+        sub.handle(Peers([small_endpoint, "unused"]))
+        sub.flush(time.perf_counter())
+        assert small_inbox.poll(2000)
+        [reply] = decode(small_inbox.recv())
+        assert isinstance(reply, PeerMessage) and reply.msg.rid == "r" and reply.sender == 1
+    finally:
+        for sock in (small_inbox, frontend_inbox, inbox, sub.to_frontend, *sub.peers.values()):
+            sock.close(linger=0)
+        ctx.term()
