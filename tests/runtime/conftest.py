@@ -4,7 +4,10 @@ them without an asyncio pytest plugin) and a reference greedy decoder that drive
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+import sys
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
 from typing import Any
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
@@ -47,3 +50,15 @@ def greedy_reference(engine: Engine, prompt: list[int], max_new: int, rid: str =
         new = [int(tok)]
     engine.release(rid)
     return out
+
+
+@contextlib.contextmanager
+def user_algorithms_importable() -> Iterator[None]:
+    """tests/runtime on sys.path while front ends start: subservers inherit it and import the test-only
+    algorithms in user_algorithms/ as a user's own module would be."""
+    here = str(Path(__file__).parent)
+    sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        sys.path.remove(here)

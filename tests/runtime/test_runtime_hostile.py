@@ -4,9 +4,7 @@ step fail fails alone, and a request rejected at any stage of admission leaves n
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
 import msgpack
 import pytest
@@ -18,7 +16,7 @@ from tokenrouter.results import GenerationRequest
 from tokenrouter.runtime import frontend as frontend_module
 from tokenrouter.runtime.frontend import RequestError, RuntimeFailure
 
-from .conftest import Frontends
+from .conftest import Frontends, user_algorithms_importable
 from .user_algorithms.poisoned import POISON_SEED
 
 SMALL = ModelSpec(name="small", engine="sim", kv_tokens=4096, sim=SimSpec(latency_ms=1.0, seed=11, vocab_size=500))
@@ -29,15 +27,11 @@ RT = RuntimeConfig(thresholds=[4, 1], max_wait_ms=50.0)
 
 @pytest.fixture(scope="module")
 def fes():
-    here = str(Path(__file__).parent)
-    sys.path.insert(0, here)  # subservers inherit sys.path, so they import the test algorithm too
-    try:
+    with user_algorithms_importable():
         f = Frontends({
             "poisoned": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.poisoned", {"route_prob": 0.35}), RT),
             "plain": ([SMALL, LARGE], AlgorithmSpec("bernoulli", {"route_prob": 0.35}), RT),
         })
-    finally:
-        sys.path.remove(here)
     yield f
     f.close()
 

@@ -5,9 +5,7 @@ One front end serves all three through a per-request-probability Bernoulli (test
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +18,7 @@ from tokenrouter.results import GenerationRequest
 from tokenrouter.runtime.auto import auto_table
 from tokenrouter.runtime.thresholds import make_feasible
 
-from .conftest import Frontends, greedy_reference
+from .conftest import Frontends, greedy_reference, user_algorithms_importable
 
 SMALL = ModelSpec(name="small", source="tiny-random:small", kv_tokens=4096)
 LARGE = ModelSpec(name="large", source="tiny-random:large", kv_tokens=4096)
@@ -39,16 +37,12 @@ def _reqs(kind: int) -> list[GenerationRequest]:
 
 @pytest.fixture(scope="module")
 def fes():
-    here = str(Path(__file__).parent)
-    sys.path.insert(0, here)  # subservers inherit sys.path, so they import the test algorithm too
-    try:
+    with user_algorithms_importable():
         f = Frontends({
             "seeded": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.seeded"),
                        RuntimeConfig(thresholds=[1, 2], max_wait_ms=10.0)),
             "profiled": (PROFILED, BERNOULLI, RuntimeConfig(thresholds="auto", auto_max_concurrency=8)),
         })
-    finally:
-        sys.path.remove(here)
     yield f
     f.close()
 
