@@ -65,6 +65,7 @@ class ModelSpec:
     kv_bytes: int | None = None
     mem_fraction: float | None = None
     page_size: int = 16
+    cuda_graph: bool = True  # engine=sglang on GPU: replay CUDA graphs for all-decode steps (always off on CPU)
     prefix_cache_tokens: int = 0  # keep released requests' KV for prefix reuse, up to this many tokens (0: off)
     # step latencies for thresholds=auto: a `tokenrouter profile` JSON, or "auto" (measured at start-up, cached)
     latency_profile: str | None = None
@@ -81,6 +82,8 @@ class ModelSpec:
             raise UserError(f"model {self.name!r}: `source` is required for engine {self.engine!r}")
         if self.kv_tokens <= 0 or self.page_size <= 0 or self.threads <= 0 or self.tp <= 0:
             raise UserError(f"model {self.name!r}: kv_tokens, page_size, threads and tp must be positive")
+        if not isinstance(self.cuda_graph, bool):
+            raise UserError(f"model {self.name!r}: cuda_graph must be true or false, got {self.cuda_graph!r}")
         if self.prefix_cache_tokens < 0:
             raise UserError(f"model {self.name!r}: prefix_cache_tokens must be >= 0")
         if not _DEVICE.match(self.device):
