@@ -133,7 +133,7 @@ class SGLangEngine(Engine):
         cfg = self.runner.model_config
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
-        self.max_len = int(self.rows.max_context_len)
+        self.max_len = min(int(self.rows.max_context_len), int(cfg.context_len))
         self.eos_token_ids = _eos_ids(src.location) if src.is_local else ()
         self.tokenizer = None
         self._row: dict[str, int] = {}
@@ -275,7 +275,7 @@ class SGLangEngine(Engine):
 
 
 def _eos_ids(model_dir: str) -> tuple[int, ...]:
-    """End-of-sequence ids from the generation config (may be a list), else the model config."""
+    """End-of-sequence ids: the generation config's (may be a list), else the model config's / tokenizer's."""
     from transformers import AutoConfig, GenerationConfig
 
     ids: list[int] = []
@@ -288,4 +288,12 @@ def _eos_ids(model_dir: str) -> tuple[int, ...]:
         eos = getattr(src, "eos_token_id", None)
         if eos is not None:
             ids += eos if isinstance(eos, list | tuple) else [eos]
+    if not ids:  # as the torch engine does: the tokenizer's EOS when no config names one
+        from transformers import AutoTokenizer
+
+        try:
+            eos = AutoTokenizer.from_pretrained(model_dir, local_files_only=True).eos_token_id
+        except (OSError, ValueError):
+            eos = None
+        ids += [] if eos is None else [eos]
     return tuple(dict.fromkeys(int(i) for i in ids))
