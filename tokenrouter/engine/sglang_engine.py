@@ -127,6 +127,9 @@ class SGLangEngine(Engine):
         self.name = spec.name
         self.runner = _model_runner(spec, src.location, gpu_id, cuda_graph)
         _state["live"] = spec.name
+        if (self.runner.page_size or 1) != 1:  # paged allocators hand out whole pages (alloc_extend), not token slots
+            raise UserError(f"model {spec.name!r}: the sglang engine needs KV page size 1, SGLang chose "
+                            f"{self.runner.page_size} (pick another attention backend)")
         self.rows = self.runner.req_to_token_pool  # one row of KV slot ids per request
         self.slots = self.runner.token_to_kv_pool_allocator
         self.device = torch.device("cpu" if spec.device == "cpu" else f"cuda:{gpu_id}")
@@ -139,6 +142,7 @@ class SGLangEngine(Engine):
         self._row: dict[str, int] = {}
         self._len: dict[str, int] = {}
         self._embedding: torch.nn.Embedding | None = None
+        self.graph_steps = 0  # steps that replayed a CUDA graph (all-decode batches on GPU)
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> SGLangEngine:
@@ -218,7 +222,9 @@ class SGLangEngine(Engine):
         )
         fb = ForwardBatch.init_new(batch, self.runner, capture_hidden_mode=CaptureHiddenMode.LAST,
                                    return_hidden_states_before_norm=False)
-        out = self.runner.forward(fb).logits_output
+        result = self.runner.forward(fb)
+        self.graph_steps += bool(result.can_run_graph)
+        out = result.logits_output
         # Clones outside inference mode are ordinary tensors: routers may use them in autograd-tracked code.
         logits = out.next_token_logits[:, : self.vocab_size].float()
         return logits.clone(), out.hidden_states.clone()
