@@ -42,8 +42,7 @@ $(SGL_STAMP): pyproject.toml
 sglang-venv: $(SGL_STAMP)
 
 test-sglang: $(SGL_STAMP)
-	$(SGL_PY) -m pytest -q -W ignore::DeprecationWarning tests/engine/test_sglang_engine.py tests/engine/test_sglang_config.py \
-		tests/runtime/test_runtime_sglang.py
+	$(SGL_PY) -m pytest -q -W ignore::DeprecationWarning tests/engine/test_sglang_*.py tests/runtime/test_runtime_sglang.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache
