@@ -25,7 +25,7 @@ import torch
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import Engine, StepItem, StepOutput
 from tokenrouter.engine.sampling import sample
-from tokenrouter.errors import CapacityError, UserError
+from tokenrouter.errors import CapacityError, UserError, first_line
 
 SGLANG_VERSION = "0.5.23"
 _SHIM = Path(__file__).with_name("_sglang_cpu_shim")
@@ -125,11 +125,14 @@ class SGLangEngine(Engine):
         cuda_graph = spec.device != "cpu" and spec.cuda_graph  # no CUDA graphs on CPU
         gpu_id = int(spec.device.split(":")[1]) if ":" in spec.device else 0
         self.name = spec.name
-        self.runner = _model_runner(spec, src.location, gpu_id, cuda_graph)
-        _state["live"] = spec.name
-        if (self.runner.page_size or 1) != 1:  # paged allocators hand out whole pages (alloc_extend), not token slots
+        try:
+            self.runner = _model_runner(spec, src.location, gpu_id, cuda_graph)
+        except (OSError, ValueError, KeyError, NotImplementedError) as exc:  # a model SGLang cannot load or serve
+            raise UserError(f"model {spec.name!r}: SGLang cannot load {src.location}: {first_line(exc)}") from exc
+        if (self.runner.page_size or 1) != 1:  # paged allocators hand out whole pages (alloc_extend), not slots
             raise UserError(f"model {spec.name!r}: the sglang engine needs KV page size 1, SGLang chose "
                             f"{self.runner.page_size} (pick another attention backend)")
+        _state["live"] = spec.name
         self.rows = self.runner.req_to_token_pool  # one row of KV slot ids per request
         self.slots = self.runner.token_to_kv_pool_allocator
         self.device = torch.device("cpu" if spec.device == "cpu" else f"cuda:{gpu_id}")
