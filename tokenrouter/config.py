@@ -63,6 +63,8 @@ class ModelSpec:
     threads: int = 1  # CPU threads for this engine's process
     kv_tokens: int = 65536  # KV pool size in tokens (or derive from kv_bytes / mem_fraction)
     kv_bytes: int | None = None
+    # GPU only. torch: this fraction of the memory free after loading goes to KV. sglang: SGLang's
+    # mem_fraction_static (weights + KV of this model take this fraction of the memory free when it starts)
     mem_fraction: float | None = None
     page_size: int = 16
     cuda_graph: bool = True  # engine=sglang on GPU: replay CUDA graphs for all-decode steps (always off on CPU)
