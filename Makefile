@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint fuzz bench clean
+.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,5 +29,24 @@ lint: $(STAMP)
 fuzz: $(STAMP)
 	$(PY) benchmarks/fuzz_http.py
 
+# Optional SGLang engine (`engine: sglang`): a separate venv, since sglang pins its own torch/transformers.
+SGL_VENV ?= .venv-sglang
+SGL_PY := $(SGL_VENV)/bin/python
+SGL_STAMP := $(SGL_VENV)/.installed
+
+$(SGL_STAMP): pyproject.toml
+	test -x $(SGL_PY) || $(PYTHON) -m venv $(SGL_VENV)
+	$(SGL_PY) -m pip install -q --upgrade pip
+	# sglang first so that its exact pins (torch, transformers, kernels) win; then our package on top of them.
+	$(SGL_PY) -m pip install -q "sglang==0.5.23"
+	$(SGL_PY) -m pip install -q -e ".[dev,sglang]"
+	$(SGL_PY) -c "import sglang.srt.model_executor.model_runner"
+	touch $(SGL_STAMP)
+
+sglang-venv: $(SGL_STAMP)
+
+test-sglang: $(SGL_STAMP)
+	$(SGL_PY) -m pytest -q -W ignore::DeprecationWarning tests/engine/test_sglang_*.py tests/runtime/test_runtime_sglang.py
+
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache

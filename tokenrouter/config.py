@@ -63,8 +63,11 @@ class ModelSpec:
     threads: int = 1  # CPU threads for this engine's process
     kv_tokens: int = 65536  # KV pool size in tokens (or derive from kv_bytes / mem_fraction)
     kv_bytes: int | None = None
+    # GPU only. torch: this fraction of the memory free after loading goes to KV. sglang: SGLang's
+    # mem_fraction_static (weights + KV of this model take this fraction of the memory free when it starts)
     mem_fraction: float | None = None
     page_size: int = 16
+    cuda_graph: bool = True  # engine=sglang on GPU: replay CUDA graphs for all-decode steps (always off on CPU)
     prefix_cache_tokens: int = 0  # keep released requests' KV for prefix reuse, up to this many tokens (0: off)
     # step latencies for thresholds=auto: a `tokenrouter profile` JSON, or "auto" (measured at start-up, cached)
     latency_profile: str | None = None
@@ -84,6 +87,8 @@ class ModelSpec:
         if self.tp > 1 and self.engine == "sim":
             raise UserError(f"model {self.name!r}: tp={self.tp} is not available on engine 'sim' (a sim engine models "
                             "a TP setting by its latencies: give it that setting's profile)")
+        if not isinstance(self.cuda_graph, bool):
+            raise UserError(f"model {self.name!r}: cuda_graph must be true or false, got {self.cuda_graph!r}")
         if self.prefix_cache_tokens < 0:
             raise UserError(f"model {self.name!r}: prefix_cache_tokens must be >= 0")
         if not _DEVICE.match(self.device):

@@ -12,6 +12,8 @@ from tokenrouter.engine.loader import DTYPES
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True,
                         help="local model dir, GGUF file, Hub id, or tiny-random:small|large / tiny:small|large")
+    parser.add_argument("--engine", default="torch", choices=("torch", "sglang"),
+                        help="torch, or sglang (needs SGLang: make sglang-venv) (default: torch)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N (default: cpu)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and KV dtype (default: float32)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch (default: 1)")
@@ -22,7 +24,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 
 def spec_from_args(args: argparse.Namespace) -> ModelSpec:
-    return ModelSpec(name=args.model, source=args.model, engine="torch", dtype=args.dtype, device=args.device,
+    return ModelSpec(name=args.model, source=args.model, engine=args.engine, dtype=args.dtype, device=args.device,
                      threads=args.threads, kv_tokens=args.kv_tokens, page_size=args.page_size, tp=args.tp)
 
 

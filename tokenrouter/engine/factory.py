@@ -30,5 +30,7 @@ def _build_bare(spec: ModelSpec) -> Engine:
 
         return SimEngine.from_spec(spec)
     if spec.engine == "sglang":
-        raise UserError(f"model {spec.name!r}: the sglang engine is not implemented yet; use engine=torch")
+        from tokenrouter.engine.sglang_engine import SGLangEngine
+
+        return SGLangEngine.from_spec(spec)
     raise UserError(f"model {spec.name!r}: unknown engine {spec.engine!r}")

@@ -127,6 +127,8 @@ def profile_at_startup(engine: Engine, spec_fields: dict[str, Any], max_concurre
         raise UserError(f"model {spec_fields.get('name')!r}: latency_profile auto needs {need} free KV tokens "
                         f"to profile, the pool has {free}; raise kv_tokens or give a `tokenrouter profile` JSON")
     key_fields = [spec_fields.get(k) for k in ("source", "engine", "dtype", "device", "threads", "sim")]
+    if spec_fields.get("engine") == "sglang":  # CUDA graphs and TP change SGLang's step times
+        key_fields += [spec_fields.get("cuda_graph"), spec_fields.get("tp")]
     key = json.dumps([key_fields, _device_name(engine), sizes, AUTO_CONTEXT, AUTO_STEPS, AUTO_EXTEND],
                      sort_keys=True, default=str)
     path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"

@@ -112,3 +112,36 @@ def _install(tmp: Path, final: Path, replace: bool = False) -> None:
     except OSError:
         if not (final / "tokenrouter_build.json").exists():
             raise
+
+
+def save_random_decoder(path: str | Path, family: str = "qwen3", num_layers: int = 2, hidden_size: int = 128,
+                        num_heads: int = 2, num_kv_heads: int = 1, head_dim: int = 64, seed: int = 0) -> Path:
+    """Save a random Qwen3 or Llama decoder with the char tokenizer to `path` (safetensors, no Hub).
+
+    Why another builder: SGLang's kernels want head_dim 64+ (the tiny-random pair has 16), and engine
+    tests want Llama as well as Qwen3. Wide init as above, so greedy tokens are stable across kernels."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from tokenrouter.models.tokenizer import build_char_tokenizer
+
+    classes = {"qwen3": (Qwen3Config, Qwen3ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
+    if family not in classes:
+        raise UserError(f"unknown model family {family!r}; use one of {sorted(classes)}")
+    tok = build_char_tokenizer()
+    config_cls, model_cls = classes[family]
+    config = config_cls(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                        num_hidden_layers=num_layers, num_attention_heads=num_heads,
+                        num_key_value_heads=num_kv_heads, head_dim=head_dim, max_position_embeddings=1024,
+                        rms_norm_eps=1e-6, eos_token_id=None, bos_token_id=None, pad_token_id=tok.pad_token_id,
+                        tie_word_embeddings=False)
+    gen = torch.Generator().manual_seed(seed)
+    model = model_cls(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            base = 1.0 if name.endswith("norm.weight") else 0.0
+            param.copy_(base + INIT_STD * torch.randn(param.shape, generator=gen))
+    path = Path(path)
+    model.eval().save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path

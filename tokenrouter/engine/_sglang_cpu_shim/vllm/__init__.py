@@ -1,0 +1,1 @@
+"""Stand-in `vllm` package for SGLang on CPU (see ../README.md); it provides no vLLM functionality."""

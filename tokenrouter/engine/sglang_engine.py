@@ -1,0 +1,308 @@
+"""The sglang engine: SGLang's ModelRunner (its kernels, KV pools, CUDA graphs, tensor parallel layers) driven
+one forward at a time, with our subserver remaining the scheduler.
+
+Why not SGLang's own scheduler: a routed request is parked here while another model generates for it and
+resumes with an extend of the suffix it missed, at times only our runtime knows. So this engine owns the
+request -> KV mapping (one row of SGLang's ReqToTokenPool per request, slots from its token allocator) and
+builds one ForwardBatch per step: EXTEND for a mixed batch (a decode is an extend of one token, a resume an
+extend whose prefix is the KV already held), DECODE when every item is a plain decode (what CUDA graphs replay).
+
+Pinned to sglang==0.5.23 (its bootstrap and ForwardBatch signatures change between releases); imported lazily
+so nothing else in tokenrouter needs SGLang. SGLang keeps process-wide state (published config, process
+groups), so a process holds one live SGLang engine at a time: one per subserver.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tokenrouter.config import ModelSpec
+from tokenrouter.engine.base import Engine, StepItem, StepOutput
+from tokenrouter.engine.sampling import sample
+from tokenrouter.errors import CapacityError, UserError, first_line
+
+SGLANG_VERSION = "0.5.23"
+_SHIM = Path(__file__).with_name("_sglang_cpu_shim")
+_state: dict[str, Any] = {"parallel_ready": False, "live": None}
+
+
+class _BatchView:
+    """The fields of a ScheduleBatch that `ForwardBatch.init_new` reads, for a batch built without SGLang's
+    scheduler (no Req objects). Every feature we do not use (LoRA, multimodal, speculative, mamba, DP
+    attention, logprobs, ...) reads as None, which init_new treats as off."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+    def __getattr__(self, name: str) -> Any:
+        return None
+
+
+def _import_sglang(device: str) -> None:
+    """Import SGLang, or say in one line how to get it. On CPU, put our vLLM import stand-in on the path."""
+    if device == "cpu" and importlib.util.find_spec("vllm") is None and str(_SHIM) not in sys.path:
+        sys.path.append(str(_SHIM))
+    try:
+        import sglang
+    except ImportError:
+        raise UserError(f"engine=sglang needs SGLang: `make sglang-venv` (pip install sglang=={SGLANG_VERSION}), "
+                        "then run from .venv-sglang") from None
+    if sglang.__version__ != SGLANG_VERSION:
+        raise UserError(f"engine=sglang is written for sglang=={SGLANG_VERSION}, found {sglang.__version__}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _model_runner(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph: bool) -> Any:
+    """Bring up one SGLang model runner as `run_scheduler_process` does, minus the scheduler: publish the
+    config, build the (world size 1) process groups once per process, load the worker, then its pools,
+    attention backends and CUDA graphs, in the order SGLang's Scheduler.__init__ uses."""
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.distributed import bootstrap
+    from sglang.srt.managers.tp_worker import TpModelWorker
+    from sglang.srt.runtime_context import SpawnRanks, get_device, publish
+    from sglang.srt.server_args import ServerArgs
+
+    on_cpu = spec.device == "cpu"
+    kv: dict[str, Any] = {}
+    if spec.mem_fraction is not None and not on_cpu:
+        kv["mem_fraction_static"] = float(spec.mem_fraction)  # SGLang sizes the pool from free GPU memory
+    else:
+        kv["max_total_tokens"] = int(spec.kv_tokens)
+    args = ServerArgs(
+        model_path=model_path, skip_tokenizer_init=True, dtype=spec.dtype, device="cpu" if on_cpu else "cuda",
+        base_gpu_id=gpu_id, tp_size=spec.tp, random_seed=0, disable_radix_cache=True,
+        attention_backend="torch_native" if on_cpu else None, disable_cuda_graph=not cuda_graph,
+        return_hidden_states_mode="last",  # CUDA graphs capture the last hidden state our routers read
+        **kv,
+    )
+    publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=gpu_id))
+    if not _state["parallel_ready"]:  # SGLang refuses a second build of its process groups
+        bootstrap.init_parallel_runtime(server_args=args, device=get_device().device, dist_port=_free_port())
+        _state["parallel_ready"] = True
+    bootstrap.init_layer_runtime(model_config=ModelConfig.from_server_args(args))
+    worker = TpModelWorker(args, gpu_id=gpu_id, nccl_port=_free_port())
+    worker.model_runner.account_preloaded_weights(worker.preloaded_weights_bytes)
+    worker.alloc_memory_pool()
+    worker.init_attention_backends()
+    worker.init_cuda_graphs()  # also sets up the eager runners when graphs are off
+    return worker.model_runner
+
+
+class SGLangEngine(Engine):
+    def __init__(self, spec: ModelSpec) -> None:
+        from tokenrouter.engine.loader import resolve_source
+
+        if spec.tp > 1 and spec.device == "cpu":
+            raise UserError(f"model {spec.name!r}: SGLang tensor parallelism needs CUDA (tp={spec.tp} on cpu)")
+        if spec.tp > 1:
+            raise UserError(f"model {spec.name!r}: tp > 1 is not implemented by the sglang engine yet "
+                            "(it drives one ModelRunner in the subserver process)")
+        if spec.device.startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"model {spec.name!r}: device {spec.device!r} requested but CUDA is not available")
+        if spec.kv_bytes is not None:
+            raise UserError(f"model {spec.name!r}: the sglang engine sizes KV by kv_tokens or mem_fraction, "
+                            "not kv_bytes")
+        src = resolve_source(spec.source)
+        if src.gguf_file:
+            raise UserError(f"model {spec.name!r}: the sglang engine loads safetensors directories, not GGUF")
+        if _state["live"] is not None:
+            raise UserError(f"model {spec.name!r}: one sglang engine per process; close "
+                            f"{_state['live']!r} first")
+        _import_sglang(spec.device)
+        if spec.device == "cpu":
+            torch.set_num_threads(spec.threads)
+        cuda_graph = spec.device != "cpu" and spec.cuda_graph  # no CUDA graphs on CPU
+        gpu_id = int(spec.device.split(":")[1]) if ":" in spec.device else 0
+        self.name = spec.name
+        try:
+            self.runner = _model_runner(spec, src.location, gpu_id, cuda_graph)
+        except (OSError, ValueError, KeyError, NotImplementedError) as exc:  # a model SGLang cannot load or serve
+            raise UserError(f"model {spec.name!r}: SGLang cannot load {src.location}: {first_line(exc)}") from exc
+        if (self.runner.page_size or 1) != 1:  # paged allocators hand out whole pages (alloc_extend), not slots
+            raise UserError(f"model {spec.name!r}: the sglang engine needs KV page size 1, SGLang chose "
+                            f"{self.runner.page_size} (pick another attention backend)")
+        _state["live"] = spec.name
+        self.rows = self.runner.req_to_token_pool  # one row of KV slot ids per request
+        self.slots = self.runner.token_to_kv_pool_allocator
+        self.device = torch.device("cpu" if spec.device == "cpu" else f"cuda:{gpu_id}")
+        cfg = self.runner.model_config
+        self.vocab_size = int(cfg.vocab_size)
+        self.hidden_size = int(cfg.hidden_size)
+        self.max_len = min(int(self.rows.max_context_len), int(cfg.context_len))
+        self.eos_token_ids = _eos_ids(src.location) if src.is_local else ()
+        self.tokenizer = None
+        self._row: dict[str, int] = {}
+        self._len: dict[str, int] = {}
+        self._embedding: torch.nn.Embedding | None = None
+        self.graph_steps = 0  # steps that replayed a CUDA graph (all-decode batches on GPU)
+
+    @classmethod
+    def from_spec(cls, spec: ModelSpec) -> SGLangEngine:
+        return cls(spec)
+
+    # ---- the step -----------------------------------------------------------------------------------------
+    def step(self, items: list[StepItem]) -> StepOutput:
+        if not items:
+            return StepOutput(rids=[], next_tokens=[])
+        rids = [it.rid for it in items]
+        if len(set(rids)) != len(rids):
+            raise ValueError("a step may hold each request at most once")
+        counts = [len(it.token_ids) for it in items]
+        if min(counts) < 1:
+            raise ValueError(f"request {rids[counts.index(min(counts))]!r}: a step item needs at least one token")
+        ids = [t for it in items for t in it.token_ids]
+        if max(ids) >= self.vocab_size or min(ids) < 0:
+            raise ValueError(f"token id out of range for a vocabulary of {self.vocab_size}")
+        before = [self._len.get(r, 0) for r in rids]
+        self._check_fits(rids, before, counts)
+        new_rows = [r for r in rids if r not in self._row]
+        try:
+            logits, hidden = self._forward(rids, ids, before, counts)
+        except BaseException:
+            for rid, length in zip(rids, before, strict=True):
+                self._shrink(rid, length)
+            for rid in new_rows:
+                self.release(rid)
+            raise
+        next_pos = [b + n for b, n in zip(before, counts, strict=True)]
+        tokens = sample(logits, [it.sampling for it in items], next_pos)
+        return StepOutput(rids=rids, next_tokens=tokens, logits=logits, hidden=hidden)
+
+    def _check_fits(self, rids: list[str], before: list[int], counts: list[int]) -> None:
+        long = [r for r, b, n in zip(rids, before, counts, strict=True) if b + n > self.max_len]
+        if long:
+            raise CapacityError(f"request {long[0]!r} would exceed the model's context of {self.max_len} tokens")
+        if sum(counts) > self.slots.available_size():
+            raise CapacityError(f"KV pool full: {sum(counts)} new tokens but only {self.slots.available_size()} "
+                                "slots are free; release requests or enlarge the pool (kv_tokens / mem_fraction)")
+        if sum(r not in self._row for r in rids) > self.rows.available_size():
+            raise CapacityError(f"all {self.rows.size} SGLang request rows are in use; release requests first")
+
+    @torch.inference_mode()
+    def _forward(self, rids: list[str], ids: list[int], before: list[int],
+                 counts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new tokens' KV slots into each request's row, run one forward: (logits, last hidden)."""
+        from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
+
+        dev = self.device
+        locs = []
+        for rid, b, n in zip(rids, before, counts, strict=True):
+            if rid not in self._row:
+                self._row[rid] = self.rows.alloc_rows(1)[0]
+            loc = self.slots.alloc(n)
+            self.rows.req_to_token[self._row[rid], b : b + n] = loc.to(torch.int32)
+            self._len[rid] = b + n
+            locs.append(loc)
+        seq = [b + n for b, n in zip(before, counts, strict=True)]
+        decode = all(n == 1 for n in counts) and min(before) > 0
+        batch = _BatchView(
+            forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
+            reqs=[],
+            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
+            req_pool_indices=torch.tensor([self._row[r] for r in rids], dtype=torch.int64, device=dev),
+            seq_lens=torch.tensor(seq, dtype=torch.int64, device=dev),
+            seq_lens_cpu=torch.tensor(seq, dtype=torch.int64),
+            orig_seq_lens=torch.tensor(seq, dtype=torch.int32, device=dev),
+            seq_lens_sum=sum(seq),
+            out_cache_loc=torch.cat(locs).to(dev),
+            extend_lens=counts,
+            prefix_lens=before,
+            extend_num_tokens=sum(counts),
+            extend_logprob_start_lens=counts,
+            return_logprob=False,
+            is_extend_in_batch=not decode,
+        )
+        fb = ForwardBatch.init_new(batch, self.runner, capture_hidden_mode=CaptureHiddenMode.LAST,
+                                   return_hidden_states_before_norm=False)
+        result = self.runner.forward(fb)
+        self.graph_steps += bool(result.can_run_graph)
+        out = result.logits_output
+        # Clones outside inference mode are ordinary tensors: routers may use them in autograd-tracked code.
+        logits = out.next_token_logits[:, : self.vocab_size].float()
+        return logits.clone(), out.hidden_states.clone()
+
+    def _shrink(self, rid: str, length: int) -> None:
+        """Return the KV slots of `rid` past its first `length` tokens to the allocator."""
+        held = self._len.get(rid, 0)
+        if rid not in self._row or length >= held:
+            return
+        slots = self.rows.req_to_token[self._row[rid], length:held].to(torch.int64)
+        self.slots.free(slots.clone())
+        self._len[rid] = length
+
+    # ---- KV management ------------------------------------------------------------------------------------
+    def release(self, rid: str) -> None:
+        if rid not in self._row:
+            return
+        self._shrink(rid, 0)
+        self.rows.free_rows([self._row.pop(rid)])
+        self._len.pop(rid, None)
+
+    def truncate(self, rid: str, length: int) -> None:
+        if length == 0:
+            self.release(rid)
+        else:
+            self._shrink(rid, length)
+
+    def seq_len(self, rid: str) -> int:
+        return self._len.get(rid, 0)
+
+    def tokens_free(self) -> int:
+        return int(self.slots.available_size())
+
+    def tokens_used(self) -> int:
+        return sum(self._len.values())
+
+    def can_fit(self, rid: str, num_new_tokens: int) -> bool:
+        if self.seq_len(rid) + num_new_tokens > self.max_len:
+            return False
+        return num_new_tokens <= self.tokens_free() and (rid in self._row or self.rows.available_size() > 0)
+
+    def input_embeddings(self) -> torch.nn.Embedding:
+        """The token embedding as a plain nn.Embedding over SGLang's weight (shared, not copied; tp=1)."""
+        if self._embedding is None:
+            weight = self.runner.model.get_input_embeddings().weight[: self.vocab_size]
+            self._embedding = torch.nn.Embedding.from_pretrained(weight, freeze=True)
+        return self._embedding
+
+    def close(self) -> None:
+        for rid in list(self._row):
+            self.release(rid)
+        if _state["live"] == self.name:
+            _state["live"] = None
+
+
+def _eos_ids(model_dir: str) -> tuple[int, ...]:
+    """End-of-sequence ids: the generation config's (may be a list), else the model config's / tokenizer's."""
+    from transformers import AutoConfig, GenerationConfig
+
+    ids: list[int] = []
+    try:
+        sources = [GenerationConfig.from_pretrained(model_dir, local_files_only=True)]
+    except OSError:
+        sources = []
+    sources.append(AutoConfig.from_pretrained(model_dir, local_files_only=True))
+    for src in sources:
+        eos = getattr(src, "eos_token_id", None)
+        if eos is not None:
+            ids += eos if isinstance(eos, list | tuple) else [eos]
+    if not ids:  # as the torch engine does: the tokenizer's EOS when no config names one
+        from transformers import AutoTokenizer
+
+        try:
+            eos = AutoTokenizer.from_pretrained(model_dir, local_files_only=True).eos_token_id
+        except (OSError, ValueError):
+            eos = None
+        ids += [] if eos is None else [eos]
+    return tuple(dict.fromkeys(int(i) for i in ids))
