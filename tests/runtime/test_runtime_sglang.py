@@ -7,9 +7,6 @@ them SGLang-capable (`make test-sglang`)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("sglang")
@@ -19,11 +16,12 @@ from tokenrouter.engine.torch_engine import TorchEngine  # noqa: E402
 from tokenrouter.models.tiny_random import save_random_decoder  # noqa: E402
 from tokenrouter.results import GenerationRequest  # noqa: E402
 
-from .conftest import Frontends, greedy_reference  # noqa: E402
+from .conftest import Frontends, greedy_reference, user_algorithms_importable  # noqa: E402
 
 PROMPTS = [[5, 17, 33, 40], [2, 9, 40, 41, 7, 3, 88, 12, 13], [60, 61, 62], [44, 8, 19, 90, 1, 30]]
 NEW = 10
 NEVER, ALWAYS, MIXED = 0, 1, 2  # seed % 3 -> route probability 0, 1, 0.35 (user_algorithms/seeded.py)
+SEEDED = AlgorithmSpec("user_algorithms.seeded")
 
 
 def _reqs(kind: int) -> list[GenerationRequest]:
@@ -51,15 +49,11 @@ def references(models) -> dict[str, list[list[int]]]:
     return refs
 
 
-def _frontends(models: dict[str, str], engine: str) -> Frontends:
+def _frontends(models: dict[str, str], engine: str, algorithm: AlgorithmSpec = SEEDED) -> Frontends:
     specs = [ModelSpec(name=n, source=p, engine=engine, kv_tokens=2048) for n, p in models.items()]
-    here = str(Path(__file__).parent)
-    sys.path.insert(0, here)  # subservers inherit sys.path, so they import the test algorithm too
-    try:
-        return Frontends({"fe": (specs, AlgorithmSpec("user_algorithms.seeded"),
+    with user_algorithms_importable():
+        return Frontends({"fe": (specs, algorithm,
                                  RuntimeConfig(thresholds=[1, 2], max_wait_ms=10.0, startup_timeout_s=300.0))})
-    finally:
-        sys.path.remove(here)
 
 
 def test_sglang_subservers_are_exact_and_agree_with_torch_subservers(models, references) -> None:
@@ -80,3 +74,27 @@ def test_sglang_subservers_are_exact_and_agree_with_torch_subservers(models, ref
         assert [r.output_ids for r in fes.run(fes.fe["fe"].generate_many(_reqs(MIXED)))] == mixed
     finally:
         fes.close()
+
+
+def test_r2r_router_runs_on_sglang_hidden_states_as_on_torch(models, tmp_path) -> None:
+    """The R2R router reads the step's last hidden state, logits and input embedding: from SGLang's ModelRunner
+    they must give the router the same decisions, so the same tokens, as from the torch engine."""
+    import torch
+
+    from tokenrouter.algorithms.checkpoints import save_router
+    from tokenrouter.algorithms.routers import build_router
+
+    torch.manual_seed(0)
+    net = build_router("r2r", {"hidden_states_size": 128, "vocab_size": 100, "hidden_dims": [64] * 2})
+    save_router(net, tmp_path / "r2r" / "router", 0.5, {})
+    scores_at = AlgorithmSpec("r2r", {"router": str(tmp_path / "r2r"), "threshold": 0.5})
+    outputs = {}
+    for engine in ("sglang", "torch"):
+        fes = _frontends(models, engine, scores_at)
+        try:
+            results = fes.run(fes.fe["fe"].generate_many(_reqs(MIXED)))
+        finally:
+            fes.close()
+        outputs[engine] = [(r.output_ids, r.tokens_per_model["large"]) for r in results]
+    assert outputs["sglang"] == outputs["torch"]
+    assert 0 < sum(large for _, large in outputs["sglang"]) < NEW * len(PROMPTS)  # the router really chose
