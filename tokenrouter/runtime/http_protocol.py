@@ -32,7 +32,9 @@ StopString = Annotated[str, Field(min_length=1)]
 Stop = StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)]
 # chat_template_kwargs may not override what the server passes apply_chat_template itself
 RESERVED_TEMPLATE_KWARGS = frozenset({"conversation", "tokenize", "return_dict", "return_tensors",
-                                      "add_generation_prompt", "tools", "documents", "chat_template"})
+                                      "add_generation_prompt", "tools", "documents", "chat_template",
+                                      "continue_final_message", "return_assistant_tokens_mask", "tokenizer_kwargs",
+                                      "padding", "truncation", "max_length"})
 
 
 class ErrorDetail(BaseModel):

@@ -43,7 +43,9 @@ class TextCodec:
         enable_thinking); raises whatever the template raises."""
         ids = await self._run(self.tokenizer.apply_chat_template, messages, add_generation_prompt=add_generation_prompt,
                               tokenize=True, return_dict=False, **(template_kwargs or {}))
-        return list(ids)
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):  # kwargs that change the output
+            raise ValueError("the chat template with these chat_template_kwargs gives no list of token ids")
+        return ids
 
     async def decode(self, ids: list[int]) -> str:
         return await self._run(self.decode_now, ids)
