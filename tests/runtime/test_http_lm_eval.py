@@ -1,6 +1,7 @@
 """lm-evaluation-harness (`lm_eval --model local-completions` and `local-chat-completions`) runs a small
 generate_until task, whose YAML and data the test writes, against `tokenrouter serve models=tiny` (the trained
-local pair) to completion. Slow: two lm_eval processes (each imports torch and datasets) on top of a server."""
+local pair) to completion (46 s here). Needs `pip install "lm-eval[api]"` (not in the default extras: the
+default suite skips this slow test). Slow: two lm_eval processes, each importing torch and datasets."""
 
 from __future__ import annotations
 
