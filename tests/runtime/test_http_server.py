@@ -149,7 +149,9 @@ def test_models_and_health(sim_server: Server) -> None:
 @pytest.mark.parametrize(("body", "param"), [
     ({"prompt": [1, 2], "logprobs": 2}, "logprobs"),
     ({"prompt": [1, 2], "n": 2}, "n"),
-    ({"prompt": [1, 2], "stop": ["\n"]}, "stop"),
+    ({"prompt": [1, 2], "stop": ["\n"]}, "stop"),  # a stop string needs a tokenizer (sim has none)
+    ({"prompt": [1, 2], "repetition_penalty": 1.2}, "repetition_penalty"),
+    ({"prompt": [1, 2], "min_tokens": 3}, "min_tokens"),
     ({"prompt": [1, 2], "echo": True}, "echo"),
     ({"prompt": [1, 2], "frobnicate": 1}, "frobnicate"),
     ({"prompt": [1, 2], "max_tokens": 0}, "max_tokens"),
@@ -209,7 +211,8 @@ def test_metrics_count_requests_tokens_and_handoffs(sim_server: Server) -> None:
         assert httpx.post(f"{sim_server.url}/v1/completions", json=body).status_code == 200
     httpx.post(f"{sim_server.url}/v1/completions", json={"prompt": [1], "bogus": 1})
     text = httpx.get(f"{sim_server.url}/metrics").text
-    lines = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    lines = {k: float(v) for k, v in (line.rsplit(" ", 1) for line in text.splitlines()
+                                      if line and not line.startswith("#"))}
     assert int(lines['tokenrouter_http_requests_total{endpoint="/v1/completions",status="200"}']) >= 3
     assert int(lines['tokenrouter_http_requests_total{endpoint="/v1/completions",status="400"}']) >= 1
     per_model = int(lines['tokenrouter_model_tokens_total{model="small"}']) + \
@@ -291,7 +294,7 @@ def test_client_leaving_mid_stream_aborts_its_request(sim_server: Server) -> Non
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         text = httpx.get(f"{sim_server.url}/metrics").text
-        if "tokenrouter_http_requests_running 0\n" in text and "tokenrouter_active_requests 0\n" in text:
+        if "tokenrouter_http_requests_running 0.0\n" in text and "tokenrouter_active_requests 0.0\n" in text:
             break
         time.sleep(0.1)
     else:

@@ -9,17 +9,16 @@ Limits against slow or greedy clients: request headers must arrive within `heade
 connection is closed), a body within `body_timeout_s` (else 408), an idle keep-alive connection closes after
 `keep_alive_timeout_s`, and past `max_connections` open connections uvicorn answers 503.
 
+`server.api_key` (or the environment variable TOKENROUTER_API_KEY; the config wins), as vLLM's --api-key:
+every /v1/*, /generate, /tokenize and /detokenize request then needs `Authorization: Bearer <key>` (else
+401); /health, /metrics and /version stay open for probes and scrapers.
+
 SIGINT/SIGTERM: stop accepting connections, let in-flight requests finish for up to
-<<<<<<< HEAD
-`server.shutdown_timeout_s`, close the front end (every subserver process and socket file) and exit 0.
-A second SIGINT forces the exit (the front end is still closed). A subserver that dies turns `/health` into
-503 at once, fails the in-flight requests (503), and the server stops and exits 1 with one line naming the
-model: a supervisor (systemd, Kubernetes, a sweep) restarts it; a half-dead server never keeps answering.
-=======
 `server.shutdown_timeout_s`, then end the rest in-band (JSON 503, or an SSE error event and [DONE]), close
 the front end (every subserver process and socket file) and exit 0. A second SIGINT forces the exit (the
-front end is still closed).
->>>>>>> h13-http
+front end is still closed). A subserver that dies turns `/health` into 503 at once, fails the in-flight
+requests (503), and the server stops and exits 1 with one line naming the model: a supervisor (systemd,
+Kubernetes, a sweep) restarts it; a half-dead server never keeps answering.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import signal
 import socket
 import sys
@@ -52,7 +52,9 @@ SERVER_DEFAULTS: dict[str, Any] = {
     "shutdown_timeout_s": 5.0,  # SIGINT/SIGTERM: in-flight requests may still finish for this long
     "log_level": "warning",
     "model_name": None,  # default: the model set's `models.name`
+    "api_key": None,  # default: $TOKENROUTER_API_KEY; unset: no authentication
 }
+API_KEY_ENV = "TOKENROUTER_API_KEY"
 _POSITIVE_INTS = ("max_body_bytes", "max_prompt_tokens", "max_connections")
 _SECONDS = {"header_timeout_s": False, "body_timeout_s": False, "keep_alive_timeout_s": False,
             "shutdown_timeout_s": True}  # key -> whether 0 is allowed
@@ -70,7 +72,7 @@ def _parser() -> ArgumentParser:
         "runtime.*, seed, server.host (default 127.0.0.1), server.port (0 = any free port), "
         "server.max_body_bytes, server.max_prompt_tokens, server.max_connections, server.header_timeout_s, "
         "server.body_timeout_s, server.keep_alive_timeout_s, server.shutdown_timeout_s, server.log_level, "
-        "server.model_name.",
+        f"server.model_name, server.api_key (default ${API_KEY_ENV}).",
     )
     p.add_argument("-cp", "--config-path", type=Path, default=None,
                    help="directory of the primary config (default: the project's conf/)")
@@ -101,6 +103,10 @@ def server_options(cfg: Any) -> dict[str, Any]:
                 and (value > 0 or (zero_ok and value == 0))):
             raise UserError(f"server.{key} must be a finite number of seconds {'>= 0' if zero_ok else '> 0'}, "
                             f"got {value!r}")
+    if opts["api_key"] is None:
+        opts["api_key"] = os.environ.get(API_KEY_ENV) or None
+    if opts["api_key"] is not None and (not isinstance(opts["api_key"], str) or not opts["api_key"].strip()):
+        raise UserError(f"server.api_key must be a non-empty string, got {opts['api_key']!r}")
     return opts
 
 
@@ -196,7 +202,7 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
         (tokenizer, context), _ = await asyncio.gather(asyncio.to_thread(_text_setup, models), frontend.start())
         options = ServerOptions(name, max_body_bytes=opts["max_body_bytes"],
                                 max_prompt_tokens=opts["max_prompt_tokens"], context_length=context,
-                                body_timeout_s=float(opts["body_timeout_s"]))
+                                body_timeout_s=float(opts["body_timeout_s"]), api_key=opts["api_key"])
         app = create_app(frontend, tokenizer, options, manage_frontend=False)
         server = _make_server(app, opts, frontend)
         task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -85,6 +85,7 @@ class StreamEvent:
 
     token_ids: list[int]
     result: GenerationResult | None = None
+    model: str = ""  # the model that committed these tokens (a stream cut short counts tokens per model)
 
 
 @dataclass
@@ -96,7 +97,7 @@ class _Flight:
     arrival: float
     num_models: int
     output: list[int] = field(default_factory=list)
-    early: dict[int, list[int]] = field(default_factory=dict)  # chunks that arrived ahead of their turn
+    early: dict[int, tuple[list[int], int]] = field(default_factory=dict)  # (ids, model) ahead of their turn
     per_model: list[int] = field(default_factory=list)
     first_token: float | None = None
     final: tuple[str, int, int] | None = None  # (reason, output length, hand-offs)
@@ -377,6 +378,8 @@ class TokenRouterFrontend:
                 "mean_queue_wait_ms": 1e3 * s.get("wait_s", 0.0) / s["batch_total"] if s.get("batch_total") else 0.0,
                 "overhead_us_p50": s.get("overhead_us_p50", 0.0),
                 "threshold": current[i],
+                "num_waiting": s.get("waiting", 0),  # requests waiting for KV space
+                "kv_cache_usage": s["kv_reserved"] / s["kv_capacity"] if s.get("kv_capacity") else 0.0,
             }
         out = {"models": models, "active_requests": n, "thresholds": current, "thresholds_spec": self.thresholds.spec,
                "thresholds_source": self.thresholds_source}
@@ -483,16 +486,18 @@ class TokenRouterFrontend:
                 continue  # aborted
             flight.per_model[msg.model] += len(ids)
             if start != len(flight.output):
-                flight.early[start] = ids
+                flight.early[start] = (list(ids), msg.model)
                 continue
-            new = list(ids)
-            while len(flight.output) + len(new) in flight.early:
-                new += flight.early.pop(len(flight.output) + len(new))
-            flight.output += new
+            pieces, end = [(list(ids), msg.model)], start + len(ids)
+            while end in flight.early:
+                pieces.append(flight.early.pop(end))
+                end += len(pieces[-1][0])
             if flight.first_token is None:
                 flight.first_token = now
-            if flight.events is not None:
-                flight.events.put_nowait(StreamEvent(new))
+            for new, model in pieces:
+                flight.output += new
+                if flight.events is not None:
+                    flight.events.put_nowait(StreamEvent(new, model=self.model_names[model]))
             if flight.final is not None:
                 self._maybe_finish(flight, now)
         for rid, logits, hidden in msg.outputs:

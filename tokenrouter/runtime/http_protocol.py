@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenrouter.results import GenerationResult
+from tokenrouter.runtime.http_stop import MAX_STOP_STRINGS
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -27,6 +28,13 @@ MAX_TOKENS_LIMIT = 2**31 - 1
 TokenId = Annotated[int, Field(ge=0, lt=TOKEN_ID_LIMIT)]
 Seed = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 TopK = Annotated[int, Field(ge=-1, lt=TOKEN_ID_LIMIT)]  # 0 or -1: off
+StopString = Annotated[str, Field(min_length=1)]
+Stop = StopString | Annotated[list[StopString], Field(max_length=MAX_STOP_STRINGS)]
+# chat_template_kwargs may not override what the server passes apply_chat_template itself
+RESERVED_TEMPLATE_KWARGS = frozenset({"conversation", "tokenize", "return_dict", "return_tensors",
+                                      "add_generation_prompt", "tools", "documents", "chat_template",
+                                      "continue_final_message", "return_assistant_tokens_mask", "tokenizer_kwargs",
+                                      "padding", "truncation", "max_length"})
 
 
 class ErrorDetail(BaseModel):
@@ -59,15 +67,39 @@ class ApiError(Exception):
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    # fields we do not implement, accepted only at the values that mean "feature off" (the first is named)
+    noop_values: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
 
 class StreamOptions(_Strict):
-    include_usage: bool = False
+    include_usage: bool = False  # a last chunk with the request's usage
+    continuous_usage_stats: bool = False  # usage so far in every chunk (vLLM), so clients can count tokens
+
+
+# OpenAI (and vLLM/SGLang extension) fields we do not implement.
+_OPENAI_NOOP_VALUES: dict[str, tuple[Any, ...]] = {
+    "n": (1, None),
+    "best_of": (1, None),
+    "echo": (False, None),
+    "logprobs": (None, False),
+    "top_logprobs": (None, 0),
+    "presence_penalty": (0, 0.0, None),
+    "frequency_penalty": (0, 0.0, None),
+    "repetition_penalty": (1, 1.0, None),
+    "min_tokens": (0, None),
+    "logit_bias": (None,),
+    "suffix": (None, ""),
+    "tools": (None, []),
+    "tool_choice": (None, "none"),
+}
 
 
 class OpenAISampling(_Strict):
     """Fields shared by both OpenAI endpoints (plus the vLLM/SGLang extensions top_k, stop_token_ids,
-    return_token_ids)."""
+    ignore_eos, return_token_ids). `stop_token_ids` replaces the EOS ids (None: EOS); `ignore_eos` without
+    `stop_token_ids` means no stop token at all."""
+
+    noop_values = _OPENAI_NOOP_VALUES
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
@@ -77,7 +109,9 @@ class OpenAISampling(_Strict):
     seed: Seed | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    stop: Stop | None = None
     stop_token_ids: list[TokenId] | None = None
+    ignore_eos: bool = False
     return_token_ids: bool = False  # add each choice's / chunk's token ids (needed without a tokenizer)
     user: str | None = None  # metadata only, as in OpenAI
 
@@ -103,6 +137,7 @@ class ChatMessage(_Strict):
 class ChatRequest(OpenAISampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_LIMIT)
+    chat_template_kwargs: dict[str, Any] | None = None  # extra chat-template variables, e.g. enable_thinking
 
 
 class GenerateSampling(_Strict):
@@ -114,12 +149,16 @@ class GenerateSampling(_Strict):
     top_k: TopK = 0
     sampling_seed: Seed | None = None
     stop_token_ids: list[TokenId] | None = None
+    ignore_eos: bool = False
 
 
 class GenerateRequest(_Strict):
-    """SGLang-style native request: one prompt as ids (or text), no streaming. `return_logits` /
-    `return_hidden_states` return the LAST step's next-token logits / last hidden state, which is what a
-    routing decision needs; `seed` is the routing/sampling seed of the request."""
+    """SGLang-style native request: one prompt as ids (or text); `stream` answers SSE events of the
+    cumulative text, as SGLang does. `return_logits` / `return_hidden_states` return the LAST step's
+    next-token logits / last hidden state, which is what a routing decision needs; `seed` is the
+    routing/sampling seed of the request."""
+
+    noop_values = {"lora_path": (None, ""), "return_logprob": (False, None), "logprob_start_len": (-1, None)}
 
     input_ids: list[TokenId] | None = None
     text: str | None = None
@@ -127,30 +166,34 @@ class GenerateRequest(_Strict):
     return_logits: bool = False
     return_hidden_states: bool = False
     seed: Seed | None = None
+    stream: bool = False
 
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (CompletionRequest, ChatRequest, GenerateRequest)
+class TokenizeRequest(_Strict):
+    """vLLM's `/tokenize`: a text `prompt`, or chat `messages` through the chat template."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    add_special_tokens: bool | None = None  # None: True for a prompt, False for messages (as vLLM)
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(_Strict):
+    """vLLM's `/detokenize`."""
+
+    model: str | None = None
+    tokens: list[TokenId]
+
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (CompletionRequest, ChatRequest, GenerateRequest, TokenizeRequest,
+                                               DetokenizeRequest)
 # Every field name a request may hold: what tells the path of a bad value from pydantic's union-branch
 # labels (`str`, `list[int]`, ...) in an error location.
 _FIELD_NAMES = frozenset(name for cls in (*REQUEST_MODELS, StreamOptions, ChatMessage, TextPart, GenerateSampling)
                          for name in cls.model_fields)
-
-
-# OpenAI fields we do not implement, accepted only at the value that means "feature off".
-_NOOP_VALUES: dict[str, tuple[Any, ...]] = {
-    "n": (1, None),
-    "best_of": (1, None),
-    "echo": (False, None),
-    "logprobs": (None, False),
-    "top_logprobs": (None, 0),
-    "presence_penalty": (0, 0.0, None),
-    "frequency_penalty": (0, 0.0, None),
-    "logit_bias": (None,),
-    "stop": (None, [], ""),
-    "suffix": (None, ""),
-    "tools": (None, []),
-    "tool_choice": (None, "none"),
-}
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -211,13 +254,14 @@ def _same(a: Any, b: Any) -> bool:
 def validate(cls: type[M], data: dict[str, Any]) -> M:
     """Build `cls` from a JSON object, or raise a 400 naming the first bad or unsupported field."""
     data = dict(data)
-    for name, noop in _NOOP_VALUES.items():
-        if name in data and name not in cls.model_fields:
+    noop_values: dict[str, tuple[Any, ...]] = getattr(cls, "noop_values", {})
+    for name, noop in noop_values.items():
+        if name in data:
             value = data.pop(name)
             if not any(_same(value, v) for v in noop):
                 raise ApiError(400, f"unsupported field {name!r}: only {noop[0]!r} is supported", param=name)
     try:
-        return cls.model_validate(data)
+        model = cls.model_validate(data)
     except ValidationError as exc:
         err = _most_specific(exc.errors())
         where = _path(err)
@@ -226,6 +270,10 @@ def validate(cls: type[M], data: dict[str, Any]) -> M:
         if err["type"] == "missing":
             raise ApiError(400, f"missing required field {where!r}", param=where) from None
         raise ApiError(400, f"invalid field {where!r}: {err['msg']}", param=where) from None
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(getattr(model, "chat_template_kwargs", None) or {}))
+    if reserved:
+        raise ApiError(400, f"'chat_template_kwargs' may not set {reserved[0]!r}", param="chat_template_kwargs")
+    return model
 
 
 def _path(err: Any) -> str:
@@ -259,6 +307,28 @@ def usage(result: GenerationResult) -> dict[str, Any]:
     }
 
 
+def running_usage(prompt: int, completion: int) -> dict[str, int]:
+    """The usage so far, for `stream_options.continuous_usage_stats` (in every chunk, as vLLM)."""
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def native_meta(rid: str, result: GenerationResult | None, e2e_s: float, prompt: int = 0,
+                completion: int = 0) -> dict[str, Any]:
+    """`/generate`'s meta_info: of a finished request, or (result None) of one still streaming."""
+    if result is None:
+        return {"id": rid, "prompt_tokens": prompt, "completion_tokens": completion, "finish_reason": None,
+                "e2e_latency": e2e_s}
+    return {
+        "id": rid,
+        "prompt_tokens": len(result.prompt_ids),
+        "completion_tokens": len(result.output_ids),
+        "finish_reason": {"type": result.finish_reason},
+        "e2e_latency": e2e_s,
+        "tokens_per_model": dict(result.tokens_per_model),
+        "handoffs": result.handoffs,
+    }
+
+
 def _envelope(rid: str, model: str, obj: str, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": choices, **extra}
 
@@ -285,8 +355,10 @@ def stream_chunk(
     token_ids: list[int] | None,
     finish_reason: str | None = None,
     role: bool = False,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One SSE chunk: a text delta (or the opening role delta of a chat stream, or the closing finish)."""
+    """One SSE chunk: a text delta (or the opening role delta of a chat stream, or the closing finish),
+    with the usage so far if given."""
     if chat:
         delta: dict[str, Any] = {"role": "assistant"} if role else {}
         if text is not None:
@@ -296,7 +368,8 @@ def stream_chunk(
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
     if token_ids is not None:
         choice["token_ids"] = token_ids
-    return _envelope(rid, model, "chat.completion.chunk" if chat else "text_completion", [choice])
+    extra = {} if usage is None else {"usage": usage}
+    return _envelope(rid, model, "chat.completion.chunk" if chat else "text_completion", [choice], **extra)
 
 
 def usage_chunk(rid: str, model: str, chat: bool, result: GenerationResult) -> dict[str, Any]:

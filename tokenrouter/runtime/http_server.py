@@ -1,8 +1,11 @@
 """The OpenAI-compatible HTTP server over a TokenRouter front end (FastAPI; run by `tokenrouter serve`).
 
-Endpoints: `/v1/completions` and `/v1/chat/completions` (JSON or SSE stream, OpenAI shapes incl. `usage`),
-`/v1/models`, `/health`, `/metrics` (Prometheus text), and a native SGLang-style `/generate` (token ids in,
-token ids out, optionally the last step's logits and hidden state) that the Std. Serving baseline drives.
+Endpoints: `/v1/completions` and `/v1/chat/completions` (JSON or SSE stream, OpenAI shapes incl. `usage`,
+stop strings), `/v1/models`, `/health`, `/metrics` (Prometheus, vLLM-style names), `/version`, vLLM's
+`/tokenize` and `/detokenize`, and a native SGLang-style `/generate` (token ids or text in, token ids out, an
+SSE stream of cumulative text with `stream: true`, optionally the last step's logits and hidden state) that
+the Std. Serving baseline drives. With `api_key` set, everything but `/health`, `/metrics` and `/version`
+needs `Authorization: Bearer <key>`.
 
 Why the body is read by hand rather than through FastAPI's pydantic parameters: oversize bodies must be cut
 off while reading (413, before the whole body is buffered), a slow body must time out (408), and every client
@@ -16,6 +19,7 @@ and a request whose client leaves is aborted, streamed or not.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -24,30 +28,39 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tokenrouter import __version__
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import http_openapi
 from tokenrouter.runtime.http_metrics import ServerMetrics
+from tokenrouter.runtime.http_output import Output
 from tokenrouter.runtime.http_protocol import (
     REQUEST_MODELS,
     ApiError,
+    ChatMessage,
     ChatRequest,
     CompletionRequest,
+    DetokenizeRequest,
     GenerateRequest,
     OpenAISampling,
+    StreamOptions,
+    TokenizeRequest,
+    native_meta,
     new_id,
     parse_json,
     response_body,
+    running_usage,
     sse,
     stream_chunk,
     usage_chunk,
     validate,
 )
-from tokenrouter.runtime.http_text import IncrementalDetokenizer, TextCodec
+from tokenrouter.runtime.http_text import TextCodec
 
 T = TypeVar("T")
 
@@ -66,6 +79,7 @@ class ServerOptions:
     body_timeout_s: float = 30.0  # a body still incomplete after this gets 408
     completion_max_tokens: int = 16  # OpenAI's default for /v1/completions
     chat_max_tokens: int = 256  # default when a chat request gives no max_tokens
+    api_key: str | None = None  # if set: /v1/*, /generate, /tokenize, /detokenize need it as a Bearer token
 
 
 class HttpServer:
@@ -75,7 +89,7 @@ class HttpServer:
         self.frontend = frontend
         self.text = TextCodec(tokenizer)
         self.opts = options
-        self.metrics = ServerMetrics()
+        self.metrics = ServerMetrics(options.model_name)
         self._next_index = 0
         self._rng = random.Random()
 
@@ -121,10 +135,10 @@ class HttpServer:
                                 f"{context} tokens", param=param)
         return ids
 
-    def need_tokenizer(self, what: str) -> None:
+    def need_tokenizer(self, what: str, param: str | None = None) -> None:
         if not self.text.available:
             raise ApiError(400, f"{what} needs a tokenizer, and model set {self.opts.model_name!r} has none "
-                                "(weightless sim engines); send token ids instead")
+                                "(weightless sim engines); send token ids instead", param=param)
 
     async def encode_text(self, text: str, param: str) -> list[int]:
         self.need_tokenizer("a text prompt")
@@ -140,11 +154,12 @@ class HttpServer:
             return await self.encode_text(prompt, "prompt")
         return self.check_prompt(list(prompt), "prompt")
 
-    async def chat_ids(self, body: ChatRequest) -> list[int]:
+    async def chat_ids(self, messages: list[ChatMessage], template_kwargs: dict[str, Any] | None,
+                       add_generation_prompt: bool = True) -> list[int]:
         self.need_tokenizer("a chat request")
-        messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+        turns = [{"role": m.role, "content": m.text()} for m in messages]
         try:
-            ids = await self.text.chat(messages)
+            ids = await self.text.chat(turns, add_generation_prompt, template_kwargs or {})
         except Exception as exc:  # jinja errors of a model's own template: the client's messages don't fit it
             raise ApiError(400, f"cannot apply the chat template to 'messages': {exc}", param="messages") from None
         return self.check_prompt(ids, "messages")
@@ -167,128 +182,207 @@ class HttpServer:
             stop_token_ids=stop_token_ids,
         )
 
-    def openai_request(self, body: OpenAISampling, ids: list[int], max_tokens: int) -> GenerationRequest:
-        return self.request(ids, max_tokens, body.temperature, body.top_p, body.top_k, body.seed,
-                            body.stop_token_ids)
-
     # ---- generation ---------------------------------------------------------------------------------------
-    async def generate(self, request: Request, req: GenerationRequest) -> GenerationResult:
-        self.metrics.running += 1
+    def stops(self, stop: str | list[str] | None) -> tuple[str, ...]:
+        stops = () if stop is None else (stop,) if isinstance(stop, str) else tuple(stop)
+        if stops:
+            self.need_tokenizer("'stop'", "stop")
+        return stops
+
+    async def submit(self, request: Request, req: GenerationRequest) -> tuple[AsyncIterator[Any], Any]:
+        """The request's stream events (and the front end's generator, to close: that aborts the request).
+        Waits for the first event, so a rejected request still gets its 4xx status (not an SSE error)."""
+        events = self.frontend.stream(req)
         try:
-            result = await until_client_leaves(request, self.frontend.generate(req))
+            first = await until_client_leaves(request, anext(events))
+        except Exception as exc:
+            raise _failure(exc) from None
+        return _chain(first, events), events
+
+    async def collect(self, request: Request, out: Output) -> str:
+        """A whole answer: the joined text pieces of the request's stream; a client that leaves aborts it."""
+        chain, events = await self.submit(request, out.req)
+
+        async def run() -> str:
+            return "".join([piece.text async for piece in out.pieces(chain)])
+
+        try:
+            with self.metrics.in_flight():
+                text = await until_client_leaves(request, run())
         except Exception as exc:
             raise _failure(exc) from None
         finally:
-            self.metrics.running -= 1
-        if result.finish_reason == "error":
-            raise _generation_error(result)
-        return result
+            await events.aclose()
+        if out.result is None or out.result.finish_reason == "error":
+            raise _generation_error(out.result)
+        return text
 
     async def completions(self, request: Request, chat: bool) -> Response:
+        start = time.perf_counter()
+        self.authorize(request)
         data = await self.read_json(request)
         body: ChatRequest | CompletionRequest
         if chat:
             body = validate(ChatRequest, data)
-            ids = await self.chat_ids(body)
+            ids = await self.chat_ids(body.messages, body.chat_template_kwargs)
             max_tokens = body.max_completion_tokens or body.max_tokens or self.opts.chat_max_tokens
         else:
             body = validate(CompletionRequest, data)
             ids = await self.prompt_ids(body.prompt)
             max_tokens = body.max_tokens or self.opts.completion_max_tokens
         self.check_model(body.model)
-        req = self.openai_request(body, ids, max_tokens)
+        stops = self.stops(body.stop)
+        stop_ids = [] if body.stop_token_ids is None and body.ignore_eos else body.stop_token_ids
+        req = self.request(ids, max_tokens, body.temperature, body.top_p, body.top_k, body.seed, stop_ids)
         rid = new_id("chatcmpl" if chat else "cmpl")
         endpoint = request.url.path
+        out = Output(req, self.text, stops, start=start)
         if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            events = self.frontend.stream(req)
-            try:  # wait for the first event so a rejected request still gets its 4xx status, not an SSE error
-                first = await until_client_leaves(request, anext(events))
-            except Exception as exc:
-                raise _failure(exc) from None
-            return StreamingResponse(
-                self.stream(first, events, rid, chat, body.return_token_ids, include_usage, endpoint),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        result = await self.generate(request, req)
-        text = await self.text.decode(result.output_ids)
-        self.metrics.finished(endpoint, 200, result)
+            chain, events = await self.submit(request, req)
+            return _sse_response(self.openai_stream(out, chain, events, rid, chat, body, endpoint))
+        text = await self.collect(request, out)
+        result = out.result
+        assert result is not None
+        self.metrics.finished(endpoint, 200, result, out)
         return JSONResponse(response_body(rid, self.opts.model_name, chat, text, result, body.return_token_ids))
 
-    async def stream(self, first: Any, events: AsyncIterator[Any], rid: str, chat: bool, token_ids: bool,
-                     include_usage: bool, endpoint: str) -> AsyncIterator[bytes]:
-        """SSE events: (chat: a role chunk), one chunk per committed-token event, a finish chunk, (usage), [DONE];
-        a failure is an error event, then [DONE]. Leaving early (client gone) closes the front end's stream,
-        which aborts the request there."""
-        model = self.opts.model_name
-        detok = IncrementalDetokenizer(self.text)
-        result: GenerationResult | None = None
-        status = 499  # until the stream completes: the client went away
-        self.metrics.running += 1
-        try:
+    async def openai_stream(self, out: Output, chain: AsyncIterator[Any], events: Any, rid: str, chat: bool,
+                            body: OpenAISampling, endpoint: str) -> AsyncIterator[bytes]:
+        """SSE events: (chat: a role chunk), one chunk per committed-token event (its text held back where it
+        may start a stop string), a finish chunk, (usage), [DONE]; a failure is an error event, then
+        [DONE]. With `continuous_usage_stats` every chunk carries the usage so far."""
+        model, token_ids = self.opts.model_name, body.return_token_ids
+        options = body.stream_options or StreamOptions()
+        prompt = len(out.req.prompt_ids)
+
+        def chunk(text: str | None, ids: list[int], tokens: int, **kw: Any) -> bytes:
+            extra = running_usage(prompt, tokens) if options.continuous_usage_stats else None
+            return sse(stream_chunk(rid, model, chat, text, ids if token_ids else None, usage=extra, **kw))
+
+        async def body_events() -> AsyncIterator[bytes]:
             if chat:
-                yield sse(stream_chunk(rid, model, chat, "", [] if token_ids else None, role=True))
-            async for ev in _chain(first, events):
-                if ev.token_ids:
-                    delta = detok.add(list(ev.token_ids))
-                    yield sse(stream_chunk(rid, model, chat, delta, list(ev.token_ids) if token_ids else None))
-                if ev.result is not None:
-                    result = ev.result
+                yield chunk("", [], 0, role=True)
+            tail = ""
+            async for piece in out.pieces(chain):
+                if piece.token_ids:
+                    yield chunk(piece.text, piece.token_ids, piece.tokens)
+                else:
+                    tail = piece.text
+            result = out.result
             if result is None or result.finish_reason == "error":
-                err = _generation_error(result) if result is not None else ApiError(
-                    503, "the stream ended without a result", "server_error")
-                status = err.status
-                yield sse(err.body())
-            else:
-                yield sse(stream_chunk(rid, model, chat, await detok.flush(), [] if token_ids else None,
-                                       finish_reason=result.finish_reason))
-                if include_usage:
-                    yield sse(usage_chunk(rid, model, chat, result))
-                status = 200
+                raise _generation_error(result)
+            yield chunk(tail, [], len(result.output_ids), finish_reason=result.finish_reason)
+            if options.include_usage:
+                yield sse(usage_chunk(rid, model, chat, result))
+
+        async for event in self.guarded(body_events(), out, events, endpoint):
+            yield event
+
+    async def guarded(self, stream: AsyncIterator[bytes], out: Output, events: Any,
+                      endpoint: str) -> AsyncIterator[bytes]:
+        """`stream`, then [DONE]; a failure mid-stream (or at shutdown) is an error event, then [DONE].
+        Leaving early (client gone) closes the front end's stream, which aborts the request there."""
+        status = 499  # until the stream completes: the client went away
+        try:
+            with self.metrics.in_flight():
+                async for event in stream:
+                    yield event
+            status = 200
             yield sse("[DONE]")
-        except Exception as exc:  # the request failed mid-stream (or the server shuts down): tell the client in-band
+        except Exception as exc:
             err = _failure(exc)
             status = err.status
             yield sse(err.body())
             yield sse("[DONE]")
         finally:
-            self.metrics.running -= 1
-            aclose = getattr(events, "aclose", None)
-            if aclose is not None:
-                await aclose()
-            self.metrics.finished(endpoint, status, result if status == 200 else None)
+            await events.aclose()
+            self.metrics.finished(endpoint, status, out.result if status == 200 else None, out)
 
     async def native_generate(self, request: Request) -> Response:
+        start = time.perf_counter()
+        self.authorize(request)
         body = validate(GenerateRequest, await self.read_json(request))
         if (body.input_ids is None) == (body.text is None):
             raise ApiError(400, "give exactly one of 'input_ids' and 'text'", param="input_ids")
         ids = self.check_prompt(body.input_ids, "input_ids") if body.input_ids is not None else \
             await self.encode_text(body.text or "", "text")
         sp = body.sampling_params
+        stop_ids = [] if sp.stop_token_ids is None and sp.ignore_eos else sp.stop_token_ids
         req = self.request(ids, sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k,
-                           sp.sampling_seed if sp.sampling_seed is not None else body.seed, sp.stop_token_ids)
+                           sp.sampling_seed if sp.sampling_seed is not None else body.seed, stop_ids)
         if body.seed is not None:
             req.seed = body.seed
         req.return_logits, req.return_hidden = body.return_logits, body.return_hidden_states
-        t0 = time.perf_counter()
-        result = await self.generate(request, req)
-        meta: dict[str, Any] = {
-            "id": new_id("gen"),
-            "prompt_tokens": len(result.prompt_ids),
-            "completion_tokens": len(result.output_ids),
-            "finish_reason": {"type": result.finish_reason},
-            "e2e_latency": time.perf_counter() - t0,
-            "tokens_per_model": dict(result.tokens_per_model),
-            "handoffs": result.handoffs,
-        }
+        rid = new_id("gen")
+        out = Output(req, self.text, start=start)
+        if body.stream:
+            chain, events = await self.submit(request, req)
+            return _sse_response(self.guarded(self.native_stream(out, chain, rid), out, events, request.url.path))
+        text = await self.collect(request, out)
+        result = out.result
+        assert result is not None
+        meta = native_meta(rid, result, time.perf_counter() - out.start)
         if body.return_logits:
             meta["logits"] = result.extra.get("logits")
         if body.return_hidden_states:
             meta["hidden_states"] = result.extra.get("hidden")
-        self.metrics.finished(request.url.path, 200, result)
-        return JSONResponse({"text": await self.text.decode(result.output_ids),
-                             "output_ids": list(result.output_ids), "meta_info": meta})
+        self.metrics.finished(request.url.path, 200, result, out)
+        return JSONResponse({"text": text, "output_ids": list(result.output_ids), "meta_info": meta})
+
+    async def native_stream(self, out: Output, chain: AsyncIterator[Any], rid: str) -> AsyncIterator[bytes]:
+        """SGLang's stream: one event per committed-token event with the CUMULATIVE text and output ids and
+        `meta_info` (completion_tokens so far, finish_reason null until the last event)."""
+        text, ids = "", []
+        async for piece in out.pieces(chain):
+            text += piece.text
+            ids += piece.token_ids
+            if piece.token_ids:
+                meta = native_meta(rid, None, time.perf_counter() - out.start, len(out.req.prompt_ids), len(ids))
+                yield sse({"text": text, "output_ids": ids, "meta_info": meta})
+        result = out.result
+        if result is None or result.finish_reason == "error":
+            raise _generation_error(result)
+        meta = native_meta(rid, result, time.perf_counter() - out.start)
+        yield sse({"text": text, "output_ids": ids, "meta_info": meta})
+
+    # ---- text utilities -----------------------------------------------------------------------------------
+    async def tokenize(self, request: Request) -> dict[str, Any]:
+        self.authorize(request)
+        body = validate(TokenizeRequest, await self.read_json(request))
+        self.check_model(body.model)
+        if (body.prompt is None) == (body.messages is None):
+            raise ApiError(400, "give exactly one of 'prompt' and 'messages'", param="prompt")
+        self.need_tokenizer("/tokenize")
+        if body.messages is not None:
+            if body.add_special_tokens:
+                raise ApiError(400, "'add_special_tokens' must be false with 'messages' (the chat template adds "
+                                    "them)", param="add_special_tokens")
+            ids = await self.chat_ids(body.messages, body.chat_template_kwargs, body.add_generation_prompt)
+        else:
+            ids = await self.text.encode(body.prompt or "", add_special_tokens=body.add_special_tokens is not False)
+        strs = self.text.tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
+        return {"count": len(ids), "max_model_len": self.opts.context_length, "tokens": ids, "token_strs": strs}
+
+    async def detokenize(self, request: Request) -> dict[str, Any]:
+        self.authorize(request)
+        body = validate(DetokenizeRequest, await self.read_json(request))
+        self.check_model(body.model)
+        self.need_tokenizer("/detokenize")
+        vocab = len(self.text.tokenizer)
+        bad = [t for t in body.tokens if t >= vocab]
+        if bad:
+            raise ApiError(400, f"'tokens': token id(s) {bad[:5]} outside the vocabulary [0, {vocab})", param="tokens")
+        return {"prompt": await self.text.decode(body.tokens)}
+
+    def authorize(self, request: Request) -> None:
+        """With `server.api_key`, a request needs `Authorization: Bearer <key>` (compared in constant time)."""
+        key = self.opts.api_key
+        if key is None:
+            return
+        given = request.headers.get("authorization", "").encode()
+        if not hmac.compare_digest(given, f"Bearer {key}".encode()):
+            raise ApiError(401, "missing or wrong API key: send 'Authorization: Bearer <key>' (server.api_key)",
+                           "authentication_error")
 
     def models(self) -> dict[str, Any]:
         return {
@@ -344,9 +438,16 @@ def _failure(exc: BaseException) -> ApiError:
     return ApiError(503, f"generation failed: {exc}", "server_error")
 
 
-def _generation_error(result: GenerationResult) -> ApiError:
-    """A result that reports its own failure (systems that return errors instead of raising)."""
+def _generation_error(result: GenerationResult | None) -> ApiError:
+    """A result that reports its own failure (systems that return errors instead of raising), or none."""
+    if result is None:
+        return ApiError(503, "the stream ended without a result", "server_error")
     return ApiError(500, result.error or "generation failed", "server_error")
+
+
+def _sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(events, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_frontend: bool = True) -> FastAPI:
@@ -372,7 +473,7 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        server.metrics.requests[(request.url.path, exc.status)] += 1
+        server.metrics.answered(request.url.path, exc.status)
         return JSONResponse(exc.body(), status_code=exc.status)
 
     @app.exception_handler(StarletteHTTPException)
@@ -395,9 +496,24 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
     async def _generate(request: Request) -> Response:
         return await server.native_generate(request)
 
+    @app.post("/tokenize", openapi_extra=http_openapi.request_body(TokenizeRequest),
+              responses=http_openapi.responses("`count`, `max_model_len`, `tokens` (and `token_strs`), as vLLM."))
+    async def _tokenize(request: Request) -> dict[str, Any]:
+        return await server.tokenize(request)
+
+    @app.post("/detokenize", openapi_extra=http_openapi.request_body(DetokenizeRequest),
+              responses=http_openapi.responses("`prompt`: the decoded text, as vLLM."))
+    async def _detokenize(request: Request) -> dict[str, Any]:
+        return await server.detokenize(request)
+
     @app.get("/v1/models")
-    async def _models() -> dict[str, Any]:
+    async def _models(request: Request) -> dict[str, Any]:
+        server.authorize(request)
         return server.models()
+
+    @app.get("/version")
+    async def _version() -> dict[str, str]:
+        return {"version": __version__}
 
     @app.get("/health")
     async def _health() -> JSONResponse:
@@ -408,10 +524,10 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
         return JSONResponse({"status": "ok", "models": list(frontend.model_names)})
 
     @app.get("/metrics")
-    async def _metrics() -> PlainTextResponse:
+    async def _metrics() -> Response:
         refresh = getattr(frontend, "refresh_stats", None)  # current counters, not the last piggy-backed ones
         stats = await refresh(timeout_s=1.0) if refresh is not None else frontend.stats()
-        return PlainTextResponse(server.metrics.render(stats), media_type="text/plain; version=0.0.4")
+        return Response(server.metrics.render(stats), media_type=CONTENT_TYPE_LATEST)
 
     return app
 

@@ -34,14 +34,18 @@ class TextCodec:
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
-    async def encode(self, text: str) -> list[int]:
-        return list(await self._run(self.tokenizer.encode, text))
+    async def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(await self._run(self.tokenizer.encode, text, add_special_tokens=add_special_tokens))
 
-    async def chat(self, messages: list[dict[str, str]]) -> list[int]:
-        """The chat template applied with the generation prompt; raises whatever the template raises."""
-        ids = await self._run(self.tokenizer.apply_chat_template, messages, add_generation_prompt=True,
-                              tokenize=True, return_dict=False)
-        return list(ids)
+    async def chat(self, messages: list[dict[str, str]], add_generation_prompt: bool = True,
+                   template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """The chat template applied (`template_kwargs` are extra template variables, e.g. Qwen3's
+        enable_thinking); raises whatever the template raises."""
+        ids = await self._run(self.tokenizer.apply_chat_template, messages, add_generation_prompt=add_generation_prompt,
+                              tokenize=True, return_dict=False, **(template_kwargs or {}))
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):  # kwargs that change the output
+            raise ValueError("the chat template with these chat_template_kwargs gives no list of token ids")
+        return ids
 
     async def decode(self, ids: list[int]) -> str:
         return await self._run(self.decode_now, ids)

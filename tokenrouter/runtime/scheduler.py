@@ -107,6 +107,10 @@ class Scheduler:
             e.status = Status.READY
             self._ready[e.req.rid] = e
 
+    def occupancy(self) -> dict[str, int]:
+        """Requests waiting for KV space and the KV tokens reserved, for the /metrics gauges."""
+        return {"waiting": len(self._waiting), "kv_reserved": self._reserved, "kv_capacity": self.capacity}
+
     @property
     def num_ready(self) -> int:
         return len(self._ready)

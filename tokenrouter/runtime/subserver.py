@@ -311,7 +311,7 @@ class Subserver:
         self._outbox = waiting
         r = self._report
         if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
-            r.stats = self.counters.snapshot(now)
+            r.stats = {**self.counters.snapshot(now), **self.sched.occupancy()}
             self._stats_dirty = False
             self._stats_sent = now
         if r.chunks or r.finishes or r.failures or r.stats:
