@@ -24,7 +24,7 @@ from typing import Any
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
-from tokenrouter.engine.factory import build_engine
+from tokenrouter.engine.factory import build_engine, close_engines
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
@@ -107,9 +107,10 @@ class LockstepSystem:
         for a in self._active:
             if not a.future.done():
                 a.future.set_exception(RuntimeError("lockstep system closed"))
+        # routers hold device tensors and the engines' embeddings: drop them too, then free the memory
+        self.algorithms = []
         engines, self.engines = self.engines, []
-        for engine in engines:
-            engine.close()
+        close_engines(engines)
 
     async def __aenter__(self) -> LockstepSystem:
         await self.start()

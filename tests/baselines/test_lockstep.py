@@ -87,3 +87,33 @@ def test_driver_failure_fails_requests_instead_of_hanging() -> None:
             await asyncio.wait_for(system.close(), 10)
 
     asyncio.run(scenario())
+
+
+def test_close_leaves_no_engine_or_model_alive() -> None:
+    """A sweep runs lock-step jobs in one process: after close() nothing of the engines may survive, or the
+    next job's models find the GPU memory still held by PyTorch's caching allocator."""
+    import asyncio
+    import gc
+    import weakref
+
+    from baselines.lockstep import LockstepSystem
+    from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+    from tokenrouter.results import GenerationRequest
+
+    specs = [ModelSpec(name="small", source="tiny-random:small", kv_tokens=2048),
+             ModelSpec(name="large", source="tiny-random:large", kv_tokens=2048)]
+
+    async def scenario() -> tuple[list[weakref.ref], object]:
+        system = LockstepSystem(specs, AlgorithmSpec("bernoulli", {"route_prob": 0.5}), RuntimeConfig())
+        await system.start()
+        refs = [weakref.ref(o) for e in system.engines for o in (e, e.model, e.pool.k, e.pool.v)]
+        held = system.engines[0]  # as a traceback frame might: its weights and KV must go all the same
+        results = await asyncio.gather(*(system.generate(GenerationRequest([5, 6, 7], max_new_tokens=8, index=i))
+                                         for i in range(3)))
+        assert all(r.error is None and len(r.output_ids) >= 1 for r in results)
+        await system.close()
+        return refs, held
+
+    refs, held = asyncio.run(scenario())
+    gc.collect()
+    assert [r for r in refs if r() is not None] == [refs[0]] and refs[0]() is held

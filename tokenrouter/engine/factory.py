@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import Engine
 from tokenrouter.errors import UserError
@@ -34,3 +36,20 @@ def _build_bare(spec: ModelSpec) -> Engine:
 
         return SGLangEngine.from_spec(spec)
     raise UserError(f"model {spec.name!r}: unknown engine {spec.engine!r}")
+
+
+def close_engines(engines: list[Engine]) -> None:
+    """Close in-process engines and give their device memory back (the caller must hold no other reference).
+
+    Why: engines built in a long-lived process (lock-step, a Hydra sweep's jobs in one process) otherwise leave
+    their weights and KV in PyTorch's caching allocator, so the next job of the sweep finds the GPU full.
+    """
+    on_cuda = any(str(e.device).startswith("cuda") for e in engines)
+    for engine in engines:
+        engine.close()
+    engines.clear()
+    gc.collect()  # model modules hold reference cycles: free their tensors now, not at some later collection
+    if on_cuda:
+        import torch
+
+        torch.cuda.empty_cache()

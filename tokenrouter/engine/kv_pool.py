@@ -166,3 +166,10 @@ class KVPool:
 
     def requests(self) -> list[str]:
         return list(self._lens)
+
+    def close(self) -> None:
+        """Forget every request and drop the K/V storage (its device memory goes back to the allocator)."""
+        self._tables.clear()
+        self._lens.clear()
+        self._free_pages = []
+        self.k = self.v = torch.empty(0, device=self.device)

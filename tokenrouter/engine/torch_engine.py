@@ -161,8 +161,10 @@ class TorchEngine(Engine):
         return self._embeddings
 
     def close(self) -> None:
-        for rid in self.pool.requests():
-            self.pool.free(rid)
+        """Drop the weights and the KV pool, so their memory is freed even while something (a traceback, a
+        caller) still holds this engine. Safe to call twice; the engine serves nothing afterwards."""
+        self.model = self.decoder = self.lm_head = self._embeddings = None
+        self.pool.close()
 
 
 def _local_embeddings(emb: torch.nn.Embedding) -> torch.nn.Embedding:
