@@ -7,6 +7,9 @@ their peer (an extend of the unseen suffix + one token), waits for that step, an
 entry-model step. No delayed batching, no asynchrony between models. With more than two models, or symmetric
 algorithms (R-Stitch) where a request may stay on a peer, each iteration steps each model once, in order.
 
+Admission reserves each request's worst-case KV on every model it may visit (runtime/admission.py, the
+subserver scheduler's rule), so however many requests arrive at once no step overflows a pool.
+
 The driver is one thread that loops over rounds by itself (the asyncio loop only hands it requests and gets
 results back), so the baseline pays no event-loop hop per round; new requests join between rounds.
 """
@@ -28,6 +31,7 @@ from tokenrouter.engine.factory import build_engine, close_engines
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.runtime.admission import KVBudget
 
 
 @dataclass
@@ -39,6 +43,7 @@ class _Active:
     future: asyncio.Future
     views: list[RouterRequest | None]
     fed: list[int]  # per model: how many of its view's tokens its engine's KV holds
+    reserved: list[int] = field(default_factory=list)  # per model: worst-case KV reserved at admission
     at: int = 0  # the model holding the request now
     committed: list[int] = field(default_factory=list)  # per model: tokens it committed
     handoffs: int = 0
@@ -72,6 +77,7 @@ class LockstepSystem:
         self.runtime = runtime
         self.engines: list[Engine] = []
         self.algorithms: list[RoutingAlgorithm] = []
+        self._budgets: list[KVBudget] = []
         self._stats = [_ModelStats() for _ in models]
         self._inbox: queue.SimpleQueue[_Active | None] = queue.SimpleQueue()  # None: stop the driver
         self._active: list[_Active] = []
@@ -89,6 +95,8 @@ class LockstepSystem:
         self.engines = await asyncio.to_thread(lambda: [build_engine(s) for s in self.specs])
         for algo, engine in zip(self.algorithms, self.engines, strict=True):
             algo.bind(engine)
+        self._budgets = [KVBudget(e.tokens_free() + e.tokens_used(), s.page_size)
+                         for e, s in zip(self.engines, self.specs, strict=True)]
         self._loop = asyncio.get_running_loop()
         self._driver = threading.Thread(target=self._drive, name="lockstep-driver", daemon=True)
         self._driver.start()
@@ -181,19 +189,35 @@ class LockstepSystem:
         self._loop.call_soon_threadsafe(lambda: a.future.done() or a.future.set_result(result))
 
     def _admit(self, waiting: list[_Active]) -> list[_Active]:
-        """Move waiting requests into the batch (up to max_batch_size); returns those still waiting."""
-        room = max(self.runtime.max_batch_size - len(self._active), 0)
-        for a in waiting[:room]:
-            if not a.req.prompt_ids:
-                self._fail(a, "empty prompt")
-            elif len(a.req.prompt_ids) > self.engines[0].tokens_free():
-                self._fail(a, f"prompt of {len(a.req.prompt_ids)} tokens does not fit the free KV of model "
-                              f"{self.model_names[0]!r} ({self.engines[0].tokens_free()} tokens)")
-            if a.finish_reason is None:
-                self._active.append(a)
-            else:
+        """Move waiting requests into the batch, oldest first, while the batch has room and every model can
+        reserve their worst-case KV; returns those still waiting."""
+        for i, a in enumerate(waiting):
+            prompt, max_new = len(a.req.prompt_ids), a.req.max_new_tokens
+            errors = [f"model {name!r}: {e}" for name, b in zip(self.model_names, self._budgets, strict=True)
+                      if (e := b.never_fits(prompt, max_new))]
+            if not prompt or errors:
+                self._fail(a, "empty prompt" if not prompt else errors[0])
                 self._deliver(a)
-        return waiting[room:]
+                continue
+            needs = [b.need(prompt, max_new) for b in self._budgets]
+            if len(self._active) >= self.runtime.max_batch_size or not self._reserve(needs):
+                return waiting[i:]
+            a.reserved = needs
+            self._active.append(a)
+        return []
+
+    def _reserve(self, needs: list[int]) -> bool:
+        """Reserve on every model or on none."""
+        if not all(b.fits(n) for b, n in zip(self._budgets, needs, strict=True)):
+            return False
+        for b, n in zip(self._budgets, needs, strict=True):
+            b.try_reserve(n)
+        return True
+
+    def _unreserve(self, a: _Active) -> None:
+        for m, n in enumerate(a.reserved):
+            self._budgets[m].release(n)
+        a.reserved = []
 
     def _iteration(self, active: list[_Active]) -> None:
         """One lock-step round (worker thread): each model steps the requests it holds, in model order."""
@@ -287,6 +311,7 @@ class LockstepSystem:
     def _finish(self, a: _Active, reason: str) -> None:
         a.finish_reason = reason
         a.finish_s = time.perf_counter()
+        self._unreserve(a)
         for m, engine in enumerate(self.engines):
             if a.views[m] is not None:
                 engine.release(a.rid)
@@ -301,6 +326,7 @@ class LockstepSystem:
                     pass
         a.finish_reason = "error"
         a.finish_s = time.perf_counter()
+        self._unreserve(a)
 
     def _result(self, a: _Active) -> GenerationResult:
         view = a.views[a.at]

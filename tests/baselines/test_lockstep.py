@@ -117,3 +117,36 @@ def test_close_leaves_no_engine_or_model_alive() -> None:
     refs, held = asyncio.run(scenario())
     gc.collect()
     assert [r for r in refs if r() is not None] == [refs[0]] and refs[0]() is held
+
+
+@pytest.mark.parametrize("engine", ["sim", "torch"])
+def test_admission_control_keeps_every_step_within_a_tiny_kv_pool(engine: str) -> None:
+    """Many requests at once, each able to fill a fifth of the pool: admission (the subserver scheduler's
+    rule) holds the rest back until KV frees up, so every request finishes and no step fails."""
+    import asyncio
+
+    from baselines.lockstep import LockstepSystem
+    from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
+    from tokenrouter.results import GenerationRequest
+
+    n, max_new = (40, 100) if engine == "sim" else (12, 24)
+    kv = 5 * (4 + max_new + 16)
+    extra = {"sim": SimSpec(latency_ms=0.0)} if engine == "sim" else {"source": "tiny-random:small"}
+    specs = [ModelSpec(name="small", engine=engine, kv_tokens=kv, **extra),
+             ModelSpec(name="large", engine=engine, kv_tokens=kv,
+                       **({**extra, "source": "tiny-random:large"} if engine == "torch" else extra))]
+
+    async def scenario() -> list:
+        system = LockstepSystem(specs, AlgorithmSpec("bernoulli", {"route_prob": 0.3}), RuntimeConfig())
+        await system.start()
+        try:
+            stop = [] if engine == "sim" else None
+            return await asyncio.gather(*(system.generate(
+                GenerationRequest([5, 6, 7, 8], max_new_tokens=max_new, index=i, seed=i, stop_token_ids=stop))
+                for i in range(n)))
+        finally:
+            await system.close()
+
+    results = asyncio.run(scenario())
+    assert [r.error for r in results] == [None] * n
+    assert all(r.finish_reason in ("length", "stop") for r in results)

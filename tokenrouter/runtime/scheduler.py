@@ -5,8 +5,8 @@ many small, slow-per-token steps; waiting until B_i requests are ready (B_i chos
 active count N) raises throughput. Thresholds arrive already clipped to be feasible for N, so some model can
 always launch; the max-wait bound is a second guard (a ready request never waits longer than it).
 
-Admission reserves each request's worst-case KV (prompt + max_new_tokens + a page) so admitted requests can
-always finish without preemption; a request that could never fit is rejected at once instead of waiting.
+Admission (admission.py) reserves each request's worst-case KV so admitted requests can always finish
+without preemption; a request that could never fit is rejected at once instead of waiting.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tokenrouter.api import RouterRequest
+from tokenrouter.runtime.admission import KVBudget
 from tokenrouter.runtime.messages import RequestMeta
 
 
@@ -48,8 +49,7 @@ class Scheduler:
         max_step_tokens: int,
         max_wait_s: float,
     ) -> None:
-        self.capacity = capacity_tokens
-        self.page_size = page_size
+        self.kv = KVBudget(capacity_tokens, page_size)
         self.max_batch_size = max_batch_size
         self.max_step_tokens = max_step_tokens
         self.max_wait_s = max_wait_s
@@ -57,17 +57,12 @@ class Scheduler:
         self.entries: dict[str, Entry] = {}
         self._waiting: deque[Entry] = deque()
         self._ready: dict[str, Entry] = {}  # insertion order = queue order
-        self._reserved = 0
-
-    def _need(self, e: Entry) -> int:
-        return len(e.req.prompt_ids) + e.req.max_new_tokens + self.page_size
 
     def add(self, e: Entry, now: float) -> str | None:
         """Queue a request new to this model; returns an error if it can never fit."""
-        need = self._need(e)
-        if need > self.capacity:
-            return (f"request needs {need} KV tokens (prompt {len(e.req.prompt_ids)} + max_new_tokens "
-                    f"{e.req.max_new_tokens} + one page) but the model holds {self.capacity}")
+        error = self.kv.never_fits(len(e.req.prompt_ids), e.req.max_new_tokens)
+        if error is not None:
+            return error
         e.status, e.since = Status.WAITING, now
         self.entries[e.req.rid] = e
         self._waiting.append(e)
@@ -91,25 +86,24 @@ class Scheduler:
         if e.status is Status.WAITING:
             self._waiting.remove(e)
         self._ready.pop(rid, None)
-        self._reserved -= e.reserved
+        self.kv.release(e.reserved)
         e.status = Status.FINISHED
         return e
 
     def _admit(self) -> None:
         while self._waiting:
             e = self._waiting[0]
-            need = self._need(e)
-            if self._reserved + need > self.capacity:
+            need = self.kv.need(len(e.req.prompt_ids), e.req.max_new_tokens)
+            if not self.kv.try_reserve(need):
                 return
             self._waiting.popleft()
             e.reserved = need
-            self._reserved += need
             e.status = Status.READY
             self._ready[e.req.rid] = e
 
     def occupancy(self) -> dict[str, int]:
         """Requests waiting for KV space and the KV tokens reserved, for the /metrics gauges."""
-        return {"waiting": len(self._waiting), "kv_reserved": self._reserved, "kv_capacity": self.capacity}
+        return {"waiting": len(self._waiting), "kv_reserved": self.kv.reserved, "kv_capacity": self.kv.capacity}
 
     @property
     def num_ready(self) -> int:
