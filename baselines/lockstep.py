@@ -27,7 +27,7 @@ from typing import Any
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
-from tokenrouter.engine.factory import build_engine, close_engines
+from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
@@ -92,6 +92,7 @@ class LockstepSystem:
         # Build algorithms first: a bad algorithm name or parameter fails fast, before loading weights.
         self.algorithms = [build_algorithm(self.algorithm_spec.name, i, self.model_names, self.algorithm_spec.params)
                            for i in range(len(self.specs))]
+        self.specs = await asyncio.to_thread(prepare_models, self.specs)
         self.engines = await asyncio.to_thread(lambda: [build_engine(s) for s in self.specs])
         for algo, engine in zip(self.algorithms, self.engines, strict=True):
             algo.bind(engine)

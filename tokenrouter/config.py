@@ -63,8 +63,9 @@ class ModelSpec:
     threads: int = 1  # CPU threads for this engine's process
     kv_tokens: int = 65536  # KV pool size in tokens (or derive from kv_bytes / mem_fraction)
     kv_bytes: int | None = None
-    # GPU only. torch: this fraction of the memory free after loading goes to KV. sglang: SGLang's
-    # mem_fraction_static (weights + KV of this model take this fraction of the memory free when it starts)
+    # GPU only, SGLang's mem_fraction_static: this model's weights + KV take this fraction of its device's TOTAL
+    # memory (per TP rank). torch: planned jointly for the set before loading (engine/memory_plan.py -> kv_bytes);
+    # sglang: passed to SGLang, checked for fit
     mem_fraction: float | None = None
     page_size: int = 16
     cuda_graph: bool = True  # engine=sglang on GPU: replay CUDA graphs for all-decode steps (always off on CPU)
@@ -131,7 +132,8 @@ class RuntimeConfig:
     max_step_tokens: int = 8192
     ipc: str = "ipc"  # "ipc" (private temp dir) or "tcp"
     host: str = "127.0.0.1"
-    startup_timeout_s: float = 120.0
+    # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
+    startup_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_step_tokens", "auto_max_concurrency"):

@@ -29,6 +29,6 @@ def spec_from_args(args: argparse.Namespace) -> ModelSpec:
 
 
 def engine_from_args(args: argparse.Namespace) -> Engine:
-    from tokenrouter.engine.factory import build_engine
+    from tokenrouter.engine.factory import build_engine, prepare_models
 
-    return build_engine(spec_from_args(args))
+    return build_engine(prepare_models([spec_from_args(args)])[0])

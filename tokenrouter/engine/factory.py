@@ -53,3 +53,15 @@ def close_engines(engines: list[Engine]) -> None:
         import torch
 
         torch.cuda.empty_cache()
+
+
+def prepare_models(specs: list[ModelSpec]) -> list[ModelSpec]:
+    """Run once in the bench / serve process before any engine loads: download Hub models, then plan GPU
+    memory jointly (one line if the set cannot fit). Returns the specs the engines must be built from."""
+    from tokenrouter.engine.download import download
+    from tokenrouter.engine.memory_plan import plan_specs
+
+    for spec in specs:
+        if spec.engine != "sim":
+            download(spec.source)
+    return plan_specs(specs)

@@ -79,6 +79,20 @@ def check_source(source: str) -> None:
             raise UserError(f"model weights {weights} are not a readable safetensors file: {first_line(exc)}") from None
 
 
+def local_dir(source: str) -> str:
+    """The local directory holding `source`'s files: the path itself, or the Hub cache's snapshot of a Hub id
+    (downloaded beforehand by engine/download.py; this never downloads)."""
+    src = resolve_source(source)
+    if src.is_local:
+        return src.location
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(src.location, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - huggingface_hub raises several types for "not cached"
+        raise UserError(f"model {source!r} is not in the Hugging Face cache: {first_line(exc)}") from None
+
+
 def torch_dtype(name: str):
     import torch
 

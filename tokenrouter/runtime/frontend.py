@@ -32,6 +32,7 @@ import zmq
 from tokenrouter.api import build_algorithm
 from tokenrouter.children import child_env
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.engine.factory import prepare_models
 from tokenrouter.engine.loader import check_source, check_tp
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
@@ -206,6 +207,8 @@ class TokenRouterFrontend:
         if self._started:
             return
         self._started = True
+        # downloads and the memory plan come first: the start-up timeout below covers loading alone
+        self.models = await asyncio.to_thread(prepare_models, self.models)
         loop = asyncio.get_running_loop()
         rt = self.runtime
         auto = AutoThresholds(self.models, self.algorithm, rt.auto_max_concurrency) \

@@ -1,0 +1,129 @@
+"""Joint GPU memory plan for the models of a set, made before any of them loads.
+
+Why: sizing each KV pool from the memory free when its own process starts depends on which sharing model
+loaded first (they start concurrently), and a model set that cannot fit should fail in a second with one
+line, not after minutes of loading with a CUDA out-of-memory traceback. Here `mem_fraction` means SGLang's
+`mem_fraction_static`: the fraction of the device's TOTAL memory that this model's weights + KV may take
+(per TP rank, on each of its devices). The plan turns it into an absolute `kv_bytes` per model, from the
+weights' size (safetensors headers), the KV bytes per token (the config) and the device's total memory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from tokenrouter.config import ModelSpec
+from tokenrouter.errors import UserError
+
+GIB = 2**30
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one model asks of each device it runs on (a TP rank's share: weights / tp, KV heads / tp)."""
+
+    name: str
+    devices: tuple[str, ...]
+    weights_bytes: int  # per device
+    kv_bytes_per_token: int  # per device
+    mem_fraction: float | None  # of the device's total memory, weights + KV; None: a fixed KV size
+    kv_bytes: int = 0  # the fixed KV size per device when mem_fraction is None
+
+
+def plan_memory(demands: list[Demand], totals: dict[str, int]) -> dict[str, int]:
+    """KV bytes per device for each model with a mem_fraction; raises one UserError line if the set cannot fit."""
+    per_device: dict[str, list[Demand]] = defaultdict(list)
+    for d in demands:
+        for dev in d.devices:
+            if dev not in totals:
+                raise UserError(f"model {d.name!r} is placed on {dev}, which this machine does not have "
+                                f"(devices: {', '.join(sorted(totals)) or 'none'})")
+            per_device[dev].append(d)
+    kv: dict[str, int] = {}
+    for dev, here in per_device.items():
+        total = totals[dev]
+        fractions = sum(d.mem_fraction for d in here if d.mem_fraction is not None)
+        fixed = sum(d.weights_bytes + d.kv_bytes for d in here if d.mem_fraction is None)
+        if fractions > 1 or fixed + fractions * total > total:
+            names = ", ".join(repr(d.name) for d in here)
+            raise UserError(f"models {names} do not fit {dev} ({total / GIB:.1f} GiB): their mem_fractions sum to "
+                            f"{fractions:.2f} and fixed-size models need {fixed / GIB:.1f} GiB; lower mem_fraction "
+                            f"or move a model to another device (models.members.N.device=cuda:K)")
+        for d in here:
+            if d.mem_fraction is None:
+                continue
+            room = int(d.mem_fraction * total) - d.weights_bytes
+            if room < d.kv_bytes_per_token:
+                raise UserError(f"model {d.name!r} does not fit {dev}: {d.weights_bytes / GIB:.1f} GiB of weights "
+                                f"exceed its mem_fraction {d.mem_fraction:g} of {total / GIB:.1f} GiB; give it its "
+                                f"own device (models.members.N.device=cuda:K), tp > 1, or a larger mem_fraction")
+            kv[d.name] = min(kv.get(d.name, room), room)
+    return kv
+
+
+def weights_numel(model_dir: str | Path, gguf_file: str | None = None) -> int:
+    """Parameters of a model, from its safetensors (or GGUF) headers alone (no tensor is read)."""
+    if gguf_file is not None:
+        from gguf import GGUFReader
+
+        return sum(int(t.n_elements) for t in GGUFReader(Path(model_dir) / gguf_file).tensors)
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise UserError(f"model directory {model_dir} has no safetensors files to size its weights from")
+    numel = 0
+    for path in files:
+        with path.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(size))
+        numel += sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+    return numel
+
+
+def kv_bytes_per_token(config: object, dtype: str, tp: int = 1) -> int:
+    """K and V of one token over all layers, on one TP rank (its share of the KV heads)."""
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    return 2 * int(config.num_hidden_layers) * (kv_heads // tp) * head_dim * _ITEMSIZE[dtype]
+
+
+def demand(spec: ModelSpec, numel: int, config: object) -> Demand:
+    """A model's demand per device, from its parameter count and config."""
+    from tokenrouter.engine.tp import rank_device
+
+    per_token = kv_bytes_per_token(config, spec.dtype, spec.tp)
+    fixed = spec.kv_bytes if spec.kv_bytes is not None else spec.kv_tokens * per_token
+    return Demand(spec.name, tuple(rank_device(spec, r) for r in range(spec.tp)),
+                  numel * _ITEMSIZE[spec.dtype] // spec.tp, per_token,
+                  spec.mem_fraction if spec.kv_bytes is None else None, fixed)
+
+
+def plan_specs(specs: list[ModelSpec], totals: dict[str, int] | None = None) -> list[ModelSpec]:
+    """The specs with each CUDA model's mem_fraction turned into kv_bytes (torch engines; SGLang sizes its own
+    pool and is only checked for fit). CPU models are left as they are: host memory is not planned. `totals`
+    (device -> bytes) defaults to this machine's CUDA devices."""
+    from tokenrouter.engine.loader import load_config, local_dir, resolve_source
+
+    cuda = [s for s in specs if s.device.startswith("cuda") and s.engine != "sim"]
+    if not cuda:
+        return specs
+    numels = [weights_numel(local_dir(s.source), resolve_source(s.source).gguf_file) for s in cuda]
+    demands = [demand(s, n, load_config(s.source)) for s, n in zip(cuda, numels, strict=True)]
+    kv = plan_memory(demands, cuda_totals() if totals is None else totals)
+    return [replace(s, kv_bytes=kv[s.name], mem_fraction=None) if s.name in kv and s.engine == "torch" else s
+            for s in specs]
+
+
+def cuda_totals() -> dict[str, int]:
+    """Total memory of each visible CUDA device (empty without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {f"cuda:{i}": torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())}
