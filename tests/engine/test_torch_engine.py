@@ -161,3 +161,18 @@ def test_seeded_sampling_is_independent_of_batching(pair) -> None:
     assert alone == mixed
     engine.release("s")
     engine.release("x")
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(8, 2), (4, 4), (6, 1)])
+def test_masked_extend_attention_folds_gqa_like_enable_gqa(heads: int, kv_heads: int) -> None:
+    """The extend path's folded GQA equals SDPA with attn_mask + enable_gqa (the math-kernel fallback it avoids)."""
+    from tokenrouter.engine.attention import masked_attention
+
+    gen = torch.Generator().manual_seed(0)
+    n, length, dim = 5, 13, 16
+    q = torch.randn(1, heads, n, dim, generator=gen)
+    k, v = (torch.randn(1, kv_heads, length, dim, generator=gen) for _ in range(2))
+    mask = torch.arange(length).unsqueeze(0) <= torch.arange(length - n, length).unsqueeze(1)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3,
+                                                            enable_gqa=heads != kv_heads)
+    torch.testing.assert_close(masked_attention(q, k, v, mask, 0.3), want, rtol=1e-5, atol=1e-6)

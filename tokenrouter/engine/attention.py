@@ -142,11 +142,29 @@ def paged_attention(
         else:
             k = _gather(k_cache, sp.kv_idx).transpose(0, 1).unsqueeze(0)  # [1, Hkv, L, D]
             v = _gather(v_cache, sp.kv_idx).transpose(0, 1).unsqueeze(0)
-        o = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=sp.mask, is_causal=sp.mask is None, scale=scaling, enable_gqa=gqa
-        )
+        if sp.mask is None:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa)
+        else:
+            o = masked_attention(q, k, v, sp.mask, scaling)
         out[sp.start : sp.end] = o[0].transpose(0, 1)
     return out.unsqueeze(0), None
+
+
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     scale: float | None) -> torch.Tensor:
+    """SDPA of q [1, H, n, D] over k, v [1, Hkv, L, D] under mask [n, L], GQA folded as the decode path does.
+
+    Why: SDPA with both `attn_mask` and `enable_gqa` has no fused kernel and falls back to the math one (slow,
+    with [H, n, L] temporaries on large models); folding each kv head's query group into the query axis
+    ([1, Hkv, group * n, D], the mask repeated per group) needs neither a K/V repeat nor `enable_gqa`."""
+    _, heads, n, dim = q.shape
+    kv_heads = k.shape[1]
+    group = heads // kv_heads
+    if group == 1:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    folded = q.reshape(1, kv_heads, group * n, dim)  # head h = kv_head * group + g: rows (g, i) per kv head
+    o = F.scaled_dot_product_attention(folded, k, v, attn_mask=mask.repeat(group, 1), scale=scale)
+    return o.reshape(1, heads, n, dim)
 
 
 AttentionInterface.register(ATTN_NAME, paged_attention)
