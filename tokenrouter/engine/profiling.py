@@ -32,12 +32,14 @@ AUTO_EXTEND = 64
 
 
 def _timed_step(engine: Engine, items: list[StepItem]) -> float:
-    """Wall milliseconds of one step (CUDA work included)."""
+    """Wall milliseconds of one step (CUDA work included). Syncs the engine's own device: a bare synchronize()
+    syncs the current device (GPU 0 unless set) and opens a stray CUDA context there from other GPUs' processes."""
     device = getattr(engine, "device", None)
     if device is not None and device.type == "cuda":
         import torch
 
-        sync = torch.cuda.synchronize
+        def sync() -> None:
+            torch.cuda.synchronize(device)
     else:
         def sync() -> None:
             return None
