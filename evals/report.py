@@ -109,28 +109,51 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def table3(df: pd.DataFrame, out: Path) -> list[Path]:
-    """R2R (lockstep / official) vs TokenRouter throughput per model pair and N, next to the paper's Table 3."""
+    """R2R (lockstep / official) vs TokenRouter throughput per model pair and N, next to the paper's Table 3;
+    each system's output length and large-model share alongside (see OUTPUTS)."""
     runs = has(select(df, "table3"), "system", "models", THROUGHPUT)
-    means = runs.groupby(["models", "concurrency", "system"], dropna=False)[THROUGHPUT].mean()
+    means = runs.groupby(["models", "concurrency", "system"], dropna=False)[[THROUGHPUT, *outputs(runs)]].mean()
     rows = []
     for models, n in sorted({(m, c) for m, c, _ in means.index}, key=str):
-        got = {s: means.get((models, n, s)) for s in ("tokenrouter", *BASELINES)}
-        if got["tokenrouter"] is None or all(got[s] is None for s in BASELINES):
+        got = {s: means.loc[(models, n, s)] if (models, n, s) in means.index else None
+               for s in ("tokenrouter", *BASELINES)}
+        speed = {s: None if r is None else r[THROUGHPUT] for s, r in got.items()}
+        if speed["tokenrouter"] is None or all(speed[s] is None for s in BASELINES):
             continue
         label = pair_label(models)
         ref = paper.TABLE3.get(label, (None, None, None))
         row = {"pair": label, "N": n}
         for system, name in BASELINES.items():
-            row[f"{name} tok/s"] = got[system]
-        row["TokenRouter tok/s"] = got["tokenrouter"]
+            row[f"{name} tok/s"] = speed[system]
+        row["TokenRouter tok/s"] = speed["tokenrouter"]
         for system, name in BASELINES.items():
-            row[f"gain vs {name.split()[1]}"] = got["tokenrouter"] / got[system] if got[system] else None
+            row[f"gain vs {name.split()[1]}"] = speed["tokenrouter"] / speed[system] if speed[system] else None
         row.update({"paper R2R tok/s": ref[0], "paper TokenRouter tok/s": ref[1], "paper gain": ref[2]})
+        for system, name in {**BASELINES, "tokenrouter": "TokenRouter"}.items():
+            row.update(output_cells(got[system], name))
         rows.append(row)
     if not rows:
         return []
-    caption = "Table 3: R2R vs TokenRouter decoding throughput (tok/s); paper figures at N=4 on GPUs."
+    caption = ("Table 3: R2R vs TokenRouter decoding throughput (tok/s); paper figures at N=4 on GPUs. Output "
+               "tokens and large-model shares per system: greedy outputs may differ between systems on GPU.")
     return write_table(pd.DataFrame(rows), out, "table3", caption)
+
+
+# Greedy outputs are not token-identical across systems on GPU (batch-dependent bf16 kernels), so tables that
+# compare systems on the same prompts show each system's mean output length and large-model token share
+# next to its throughput instead of assuming the same outputs.
+OUTPUTS = {"mean_output_tokens": "output tokens", "large_token_share": "large share"}
+
+
+def outputs(runs: pd.DataFrame) -> list[str]:
+    """The OUTPUTS columns these runs carry."""
+    return [c for c in OUTPUTS if c in runs]
+
+
+def output_cells(means: pd.Series | None, name: str) -> dict[str, object]:
+    """`<name> output tokens` and `<name> large share` from one system's mean row (None where absent)."""
+    return {f"{name} {label}": None if means is None or column not in means else means[column]
+            for column, label in OUTPUTS.items()}
 
 
 # conf/ablation/<variant>.yaml names -> the paper's row labels (the lock-step driver is neither asynchronous
@@ -184,7 +207,7 @@ def systems_comparison(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     if STEADY not in runs:
         runs[STEADY] = float("nan")
-    means = runs.groupby(["concurrency", "system"])[[THROUGHPUT, STEADY, PREDICTED]].mean()
+    means = runs.groupby(["concurrency", "system"])[[THROUGHPUT, STEADY, PREDICTED, *outputs(runs)]].mean()
     rows = []
     for n in sorted({n for n, _ in means.index}):
         if (n, "tokenrouter") not in means.index or (n, "lockstep") not in means.index:
@@ -195,7 +218,8 @@ def systems_comparison(df: pd.DataFrame) -> pd.DataFrame:
         rows.append({"N": int(n), "tokenrouter tok/s": tr[THROUGHPUT], "lockstep tok/s": ls[THROUGHPUT],
                      "ratio": measured, "ratio (steady)": steady, "predicted ratio": predicted,
                      "difference %": 100 * (measured / predicted - 1),
-                     "difference % (steady)": 100 * (steady / predicted - 1)})
+                     "difference % (steady)": 100 * (steady / predicted - 1),
+                     **output_cells(tr, "tokenrouter"), **output_cells(ls, "lockstep")})
     return pd.DataFrame(rows)
 
 

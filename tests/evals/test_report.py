@@ -78,9 +78,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "qwen3-0.6b-8b": (90.0, 60.0, 300.0),
         "tiny-random": (20.0, None, 50.0),
     }.items():
-        make_run(table3, f"{models}-tr", models=models, experiment="table3", summary=thr(tr))
+        make_run(table3, f"{models}-tr", models=models, experiment="table3",
+                 summary=thr(tr, mean_output_tokens=100.0, large_token_share=0.3))
         make_run(
-            table3, f"{models}-lock", models=models, system="lockstep", experiment="table3", summary=thr(lock)
+            table3, f"{models}-lock", models=models, system="lockstep", experiment="table3",
+            summary=thr(lock, mean_output_tokens=96.0, large_token_share=0.32),
         )
         if off is not None:
             make_run(
@@ -168,7 +170,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for n, (tr, ls) in {4: (200.0, 140.0), 8: (380.0, 240.0)}.items():
         for system, value, predicted in (("tokenrouter", tr, 1.05 * tr), ("lockstep", ls, ls)):
             make_run(systems, f"{system}{n}", system=system, concurrency=n, experiment="systems_sim",
-                     summary=thr(value, steady_throughput_tok_s=1.02 * value, predicted_throughput_tok_s=predicted))
+                     summary=thr(value, steady_throughput_tok_s=1.02 * value, predicted_throughput_tok_s=predicted,
+                                 mean_output_tokens=value / 10, large_token_share=0.35))
     load = root / "load"
     for rate in (1.0, 2.0, 4.0):
         for system, slow in (("tokenrouter", 1.0), ("lockstep", 2.0)):
@@ -232,6 +235,10 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
     big = t3[t3["pair"] == "0.6B/8B"].iloc[0]
     assert big["TokenRouter tok/s"] == 300 and big["gain vs lockstep"] == pytest.approx(300 / 90)
     assert big["gain vs official"] == pytest.approx(5.0) and big["paper TokenRouter tok/s"] == 336.98
+    # outputs may differ between systems on GPU: each system's output length and large share are reported
+    assert big["TokenRouter output tokens"] == 100 and big["R2R lockstep output tokens"] == 96
+    assert big["TokenRouter large share"] == 0.3 and big["R2R lockstep large share"] == 0.32
+    assert pd.isna(big["R2R official output tokens"])  # its runs carry no output statistics here
     tiny = t3[t3["pair"] == "tiny-random"].iloc[0]
     assert pd.isna(tiny["R2R official tok/s"]) and pd.isna(tiny["paper gain"])
     assert (
@@ -263,6 +270,8 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
         1.05 * 380 / 240)
     assert systems.loc[4, "difference %"] == pytest.approx(100 * (1 / 1.05 - 1))  # steady cancels out in ratios
     assert systems.loc[4, "difference % (steady)"] == pytest.approx(100 * (1 / 1.05 - 1))
+    assert systems.loc[8, "tokenrouter output tokens"] == 38 and systems.loc[8, "lockstep output tokens"] == 24
+    assert systems.loc[8, "lockstep large share"] == pytest.approx(0.35)
 
     load = pd.read_csv(out / "load.csv").set_index(["series", "request_rate"])
     assert len(load) == 6 and load.loc[("lockstep (r2r)", 4.0), "mean_latency_s"] == 8.0
