@@ -32,7 +32,7 @@ def member_figures(name: str, problems: int, seed: int, threads: int, steps: int
     for done in run_batch(engine, jobs, max_batch_size=64):
         text = engine.tokenizer.decode(done.output_ids, skip_special_tokens=True)
         correct += is_correct(text, workload.problems[done.index].answer)
-    decode_ms, _ = measure(engine, [1], context=64, steps=steps, extend_tokens=16)
+    decode_ms = measure(engine, [1], [64], steps=steps, extend_tokens=16).decode_ms
     engine.close()
     params = sum(p.numel() for p in engine.model.parameters())
     return {"params": params, "accuracy": correct / len(jobs), "decode_ms_b1": decode_ms["1"]}

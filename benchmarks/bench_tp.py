@@ -36,7 +36,8 @@ def main() -> None:
                          threads=args.threads, kv_tokens=kv, tp=tp)
         engine = build_engine(spec)
         try:
-            rows[tp] = measure(engine, batches, args.context, args.steps, args.extend)
+            measured = measure(engine, batches, [args.context], args.steps, args.extend)
+            rows[tp] = (measured.decode_ms, measured.extend_ms_per_token)
         finally:
             engine.close()
     print(f"model {args.model}, device {args.device}, {args.threads} thread(s) per rank, context {args.context}; "

@@ -165,11 +165,11 @@ def check_step_latency(large: Path, dtype: str, device: str) -> str:
     engine = build_engine(ModelSpec(name="large", source=str(large), dtype=dtype, device=device,
                                     kv_tokens=kv_needed(sizes, context, steps, extend, 16)))
     try:
-        decode_ms, per_token = measure(engine, sizes, context, steps, extend)
+        measured = measure(engine, sizes, [context], steps, extend)
     finally:
         close_engines([engine])
-    table = ", ".join(f"b{b}={ms:.2f}" for b, ms in decode_ms.items())
-    return f"{device} {dtype} context {context}: decode ms {table}; extend {per_token:.4f} ms/token"
+    table = ", ".join(f"b{b}={ms:.2f}" for b, ms in measured.decode_ms.items())
+    return f"{device} {dtype} context {context}: decode ms {table}; extend {measured.extend_ms_per_token:.4f} ms/token"
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ Every system (TokenRouter itself and each baseline) takes the same `GenerationRe
 `GenerationResult`s, so the runner, `requests.jsonl` and the reports never special-case a system.
 Optional hooks the runner uses when a system has them:
 - `calibrate(requests, texts)`: sees the whole workload before the first request (query-level routing sets
-  its threshold from the prompts' scores);
+  its threshold from the prompts' scores; TokenRouter sets `runtime.auto_context_tokens` to its mean context);
 - `summary_extra() -> dict`: extra summary.json fields (RouteLLM's APGR / CPT);
 - `thresholds(N) -> list[int]`: the delayed-batching thresholds at N active requests (recorded, and used for
   the throughput model's prediction).

@@ -127,6 +127,9 @@ class RuntimeConfig:
     delayed_batching: bool = True
     thresholds: Any = "auto"  # "auto" | list per model | list of lists indexed by N-1
     auto_max_concurrency: int = 16  # thresholds=auto: B*(N) is searched for N up to this (larger N: last row)
+    # thresholds=auto: step times at this many KV tokens per request (the workload's mean context; `tokenrouter
+    # bench` sets it from the workload when null, serve keeps null: each latency profile's base context)
+    auto_context_tokens: int | None = None
     max_wait_ms: float = 50.0  # a ready request never waits longer than this for its batch to fill
     max_batch_size: int = 256
     max_step_tokens: int = 8192
@@ -140,6 +143,9 @@ class RuntimeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"runtime.{name} must be an integer >= 1, got {value!r}")
+        ctx = self.auto_context_tokens
+        if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1):
+            raise UserError(f"runtime.auto_context_tokens must be null or an integer >= 1, got {ctx!r}")
         for name in ("max_wait_ms", "startup_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:

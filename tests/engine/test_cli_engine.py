@@ -74,12 +74,24 @@ def test_profile_writes_a_latency_profile(tmp_path, capsys) -> None:
                  "--steps", "2", "--extend-tokens", "8", "--json", "--output", str(out)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed == json.loads(out.read_text())
-    assert set(printed) == {"model", "device", "dtype", "context", "decode_ms", "extend_ms_per_token"}
+    assert set(printed) == {"model", "device", "dtype", "context", "decode_ms", "decode_ms_by_context",
+                            "contexts_skipped", "extend_ms_per_token"}
     assert set(printed["decode_ms"]) == {"1", "4"} and printed["context"] == 16
+    assert printed["decode_ms_by_context"] == {"16": printed["decode_ms"]} and printed["contexts_skipped"] == {}
     prof = LatencyProfile.from_json(out)
     assert prof.decode_ms(1) > 0 and prof.step_ms(1, 8) >= prof.decode_ms(1)
     assert main(["profile", "--model", "tiny-random:small", "--batch-sizes", "0"]) == 2
     assert main(["profile", "--model", "tiny-random:small", "--batch-sizes", "a,b"]) == 2
+    assert main(["profile", "--model", "tiny-random:small", "--contexts", "0,16"]) == 2
+
+
+def test_profile_at_several_contexts(capsys) -> None:
+    assert main(["profile", "--model", "tiny-random:small", "--batch-sizes", "1,2", "--contexts", "64,16",
+                 "--steps", "2", "--extend-tokens", "8", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["context"] == 16 and list(printed["decode_ms_by_context"]) == ["16", "64"]
+    assert printed["decode_ms"] == printed["decode_ms_by_context"]["16"]
+    assert all(set(t) == {"1", "2"} for t in printed["decode_ms_by_context"].values())
 
 
 def test_generate_subprocess() -> None:

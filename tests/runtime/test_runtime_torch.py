@@ -93,10 +93,10 @@ def test_latency_profile_auto_measures_at_startup_and_sets_the_thresholds(fes) -
 def test_startup_profile_is_cached(tmp_path, monkeypatch) -> None:
     engine = TorchEngine.from_spec(SMALL)
     fields = PROFILED[0].to_dict()
-    first = profile_at_startup(engine, fields, 2, tmp_path)
+    first = profile_at_startup(engine, [fields], 0, 2, tmp_path)
     monkeypatch.setattr(profiling, "measure", lambda *a, **k: pytest.fail("measured again despite the cache"))
-    assert profile_at_startup(engine, fields, 2, tmp_path) == first and len(list(tmp_path.glob("*.json"))) == 1
+    assert profile_at_startup(engine, [fields], 0, 2, tmp_path) == first and len(list(tmp_path.glob("*.json"))) == 1
     assert engine.tokens_used() == 0  # profiling leaves the KV pool empty
     tiny = TorchEngine.from_spec(replace(SMALL, kv_tokens=64))
     with pytest.raises(UserError, match="latency_profile auto needs"):
-        profile_at_startup(tiny, {**fields, "kv_tokens": 64}, 2, tmp_path)
+        profile_at_startup(tiny, [{**fields, "kv_tokens": 64}], 0, 2, tmp_path)

@@ -177,7 +177,7 @@ def step_latencies(specs: list[Any]) -> dict[str, dict[str, float]]:
             continue
         engine = TorchEngine.from_spec(spec)
         try:
-            decode_ms, _ = measure(engine, [1, 8], context=64, steps=20, extend_tokens=16)
+            decode_ms = measure(engine, [1, 8], [64], steps=20, extend_tokens=16).decode_ms
         finally:
             engine.close()
         out[spec.name] = decode_ms

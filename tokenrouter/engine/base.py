@@ -66,6 +66,7 @@ class Engine(ABC):
     vocab_size: int = 0
     hidden_size: int = 0
     device: Any = "cpu"  # a torch.device on engines with weights
+    max_positions: int | None = None  # the longest sequence the model can position (None: no known limit)
 
     @abstractmethod
     def step(self, items: list[StepItem]) -> StepOutput:

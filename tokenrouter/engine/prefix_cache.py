@@ -46,6 +46,7 @@ class PrefixCachingEngine(Engine):
         self.vocab_size = inner.vocab_size
         self.hidden_size = inner.hidden_size
         self.device = inner.device
+        self.max_positions = inner.max_positions
         self._ids = (f"pc{i}" for i in itertools.count())
         self._alias: dict[str, str] = {}  # caller's rid -> internal id
         self._held: dict[str, list[int]] = {}  # internal id -> token ids in its KV (live and cached)

@@ -139,7 +139,7 @@ class SGLangEngine(Engine):
         cfg = self.runner.model_config
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
-        self.max_len = min(int(self.rows.max_context_len), int(cfg.context_len))
+        self.max_len = self.max_positions = min(int(self.rows.max_context_len), int(cfg.context_len))
         self.eos_token_ids = _eos_ids(src.location) if src.is_local else ()
         self.tokenizer = None
         self._row: dict[str, int] = {}

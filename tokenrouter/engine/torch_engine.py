@@ -47,6 +47,7 @@ class TorchEngine(Engine):
         self.device = param.device
         self.dtype = param.dtype
         self.vocab_size = int(cfg.vocab_size)
+        self.max_positions = getattr(cfg, "max_position_embeddings", None)
         self.hidden_size = int(cfg.hidden_size)
         self.eos_token_ids = _eos_ids(model, tokenizer)
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

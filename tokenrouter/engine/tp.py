@@ -152,6 +152,7 @@ class TensorParallelEngine(Engine):
         self.hidden_size = self.inner.hidden_size
         self.eos_token_ids = self.inner.eos_token_ids
         self.device = self.inner.device
+        self.max_positions = self.inner.max_positions
         self.tokenizer = getattr(self.inner, "tokenizer", None)
 
     def _start_rank0(self, cfg: RankConfig) -> tuple[Any, TorchEngine]:

@@ -31,8 +31,11 @@ def auto_thresholds(
     latencies: Sequence[LatencyProfile],
     max_concurrency: int,
     quantum_ms: float | None = None,
+    context_tokens: int | None = None,
 ) -> dict[int, list[int]]:
-    """B*(N) for every N in 1..max_concurrency (None quantum: `auto_quantum` for that many requests)."""
+    """B*(N) for every N in 1..max_concurrency (None quantum: `auto_quantum` for that many requests), on each
+    model's step times at `context_tokens` of KV per request (None: at its profile's base context)."""
+    latencies = [lat.at_context(context_tokens) for lat in latencies]
     spec = SystemSpec.build(
         route_matrix, commit_matrix, latencies, quantum_ms, max_concurrency=max_concurrency
     )

@@ -83,10 +83,12 @@ def latencies_known(models: list[ModelSpec], measured: list[dict[str, Any] | Non
 
 def plan_thresholds(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
                     measured: list[dict[str, Any] | None] | None = None,
-                    routes: list[list[int]] | None = None) -> tuple[dict[int, list[int]] | None, str]:
+                    routes: list[list[int]] | None = None,
+                    context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
     """(B*(N) for N = 1..max_n, or None, and where it came from or why there is none). `measured`: per
     model, the profile its subserver measured (`latency_profile: auto`); `routes`: decisions counted so far
-    (`routes[i][j]`: model i sent a request to model j)."""
+    (`routes[i][j]`: model i sent a request to model j); `context_tokens`: the workload's mean context
+    (`runtime.auto_context_tokens`; None: each profile's base context)."""
     if len(models) < 2:
         return None, "one model: nothing to wait for"
     measured = measured or [None] * len(models)
@@ -105,23 +107,36 @@ def plan_thresholds(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: in
     if len(route) != len(models):
         return None, f"the {preset!r} preset describes {len(route)} models, not {len(models)}"
     rates = {k: v for k, v in params.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    table = auto_thresholds(route, commit, [lat for lat in latencies if lat is not None], max_n)
-    return table, f"throughput model, {preset} {rates}"
+    table = auto_thresholds(route, commit, [lat for lat in latencies if lat is not None], max_n,
+                            context_tokens=context_tokens)
+    at = f", step times at context {context_tokens}" if context_tokens is not None else ""
+    return table, f"throughput model, {preset} {rates}{at}"
 
 
 def plan_or_warn(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
-                 measured: list[dict[str, Any] | None] | None = None) -> tuple[dict[int, list[int]] | None, str]:
+                 measured: list[dict[str, Any] | None] | None = None,
+                 context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
     """plan_thresholds, logging why when there is no table (the caller then uses all ones)."""
-    table, why = plan_thresholds(models, algorithm, max_n, measured)
+    table, why = plan_thresholds(models, algorithm, max_n, measured, context_tokens=context_tokens)
     if table is None and len(models) > 1:
         log.warning("thresholds=auto: %s; using thresholds of 1", why)
     return table, why
 
 
 def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
-               measured: list[dict[str, Any] | None] | None = None) -> dict[int, list[int]] | None:
+               measured: list[dict[str, Any] | None] | None = None,
+               context_tokens: int | None = None) -> dict[int, list[int]] | None:
     """B*(N) for N = 1..max_n, or None (caller uses all ones) with a logged reason."""
-    return plan_or_warn(models, algorithm, max_n, measured)[0]
+    return plan_or_warn(models, algorithm, max_n, measured, context_tokens)[0]
+
+
+def workload_context(prompt_lengths: list[int], max_new_tokens: list[int]) -> int:
+    """`runtime.auto_context_tokens` for a workload: the mean KV per request over its life, prompt plus half
+    its output (taking the output as `max_new_tokens`: the answers of the long-reasoning workloads run close)."""
+    if not prompt_lengths:
+        raise UserError("workload_context: no requests")
+    total = sum(p + n / 2 for p, n in zip(prompt_lengths, max_new_tokens, strict=True))
+    return max(1, round(total / len(prompt_lengths)))
 
 
 RETUNE_AT = (200, 1_000, 5_000)  # entry-model decisions after which measured routing rates are used
@@ -133,10 +148,12 @@ class AutoThresholds:
     front) or once they report start-up profiles, then re-plans from routing rates measured while serving
     (only for algorithms whose rates follow the data). The front end owns the table; this decides it."""
 
-    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int) -> None:
+    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+                 context_tokens: int | None = None) -> None:
         self.models = models
         self.algorithm = algorithm
         self.max_n = max_n
+        self.context_tokens = context_tokens  # step times at this context (None: the profiles' base context)
 
     @property
     def waits_for_profiles(self) -> bool:
@@ -144,7 +161,8 @@ class AutoThresholds:
 
     async def plan(self, measured: list[dict[str, Any] | None] | None = None) -> tuple[ThresholdTable, str]:
         """(the table, where it came from); all ones with a logged reason when it cannot be planned yet."""
-        rows, why = await asyncio.to_thread(plan_or_warn, self.models, self.algorithm, self.max_n, measured)
+        rows, why = await asyncio.to_thread(plan_or_warn, self.models, self.algorithm, self.max_n, measured,
+                                            self.context_tokens)
         return ThresholdTable("auto", len(self.models), True, rows), why if rows is not None else f"all ones: {why}"
 
     def can_retune(self, measured: list[dict[str, Any] | None]) -> bool:
@@ -159,7 +177,8 @@ class AutoThresholds:
             while sum((counted := routes())[0]) < milestone:
                 await asyncio.sleep(RETUNE_POLL_S)
             try:
-                rows, why = await plan_in_child(self.models, self.algorithm, self.max_n, measured, counted)
+                rows, why = await plan_in_child(self.models, self.algorithm, self.max_n, measured, counted,
+                                                self.context_tokens)
             except Exception as exc:  # noqa: BLE001 - keep serving on the table we have
                 log.warning("thresholds=auto: re-tuning failed (%s); keeping the current table", exc)
                 return
@@ -179,16 +198,18 @@ def main() -> None:
     job = json.load(sys.stdin)
     models = [ModelSpec.from_dict(m) for m in job["models"]]
     algorithm = AlgorithmSpec.from_dict(job["algorithm"])
-    rows, why = plan_thresholds(models, algorithm, int(job["max_n"]), job.get("measured"), job.get("routes"))
+    rows, why = plan_thresholds(models, algorithm, int(job["max_n"]), job.get("measured"), job.get("routes"),
+                                job.get("context_tokens"))
     json.dump({"rows": None if rows is None else {str(n): b for n, b in rows.items()}, "why": why}, sys.stdout)
 
 
 async def plan_in_child(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
                         measured: list[dict[str, Any] | None] | None,
-                        routes: list[list[int]] | None) -> tuple[dict[int, list[int]] | None, str]:
+                        routes: list[list[int]] | None,
+                        context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
     """plan_thresholds run by `python -m tokenrouter.runtime.auto` (killed if the caller is cancelled)."""
     job = {"models": [m.to_dict() for m in models], "algorithm": {"name": algorithm.name, **algorithm.params},
-           "max_n": max_n, "measured": measured, "routes": routes}
+           "max_n": max_n, "measured": measured, "routes": routes, "context_tokens": context_tokens}
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tokenrouter.runtime.auto",
                                                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE, env=child_env())

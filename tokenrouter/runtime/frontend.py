@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from tokenrouter.engine.loader import check_source, check_tp
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import AutoThresholds
+from tokenrouter.runtime.auto import AutoThresholds, workload_context
 from tokenrouter.runtime.ipc import (
     CurveKeys,
     bind_inbox,
@@ -202,6 +202,13 @@ class TokenRouterFrontend:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def calibrate(self, requests: list[GenerationRequest], texts: list[str]) -> None:
+        """Before start(): a benchmark's whole workload sets `runtime.auto_context_tokens` (unless configured),
+        so thresholds=auto plans on the step times at the workload's mean context."""
+        if self.runtime.auto_context_tokens is None and requests:
+            tokens = workload_context([len(r.prompt_ids) for r in requests], [r.max_new_tokens for r in requests])
+            self.runtime = replace(self.runtime, auto_context_tokens=tokens)
+
     async def start(self) -> None:
         """Spawn one subserver per model and wait until every one has built its engine."""
         if self._started:
@@ -211,7 +218,7 @@ class TokenRouterFrontend:
         self.models = await asyncio.to_thread(prepare_models, self.models)
         loop = asyncio.get_running_loop()
         rt = self.runtime
-        auto = AutoThresholds(self.models, self.algorithm, rt.auto_max_concurrency) \
+        auto = AutoThresholds(self.models, self.algorithm, rt.auto_max_concurrency, rt.auto_context_tokens) \
             if rt.thresholds == "auto" and rt.delayed_batching else None
         if auto is not None and not auto.waits_for_profiles:  # search (or read the disk cache) off the loop
             self.thresholds, self.thresholds_source = await auto.plan()

@@ -358,15 +358,15 @@ def _row(values: Any, row: int, wanted: int) -> list[float] | None:
     return values[row].float().tolist() if wanted and values is not None else None
 
 
-def _startup_profile(spec: ModelSpec, engine: Engine, rt: RuntimeConfig, num_models: int) -> dict[str, Any] | None:
+def _startup_profile(cfg: SubserverConfig, spec: ModelSpec, engine: Engine, rt: RuntimeConfig) -> dict[str, Any] | None:
     """`latency_profile: auto`: this engine's step latencies for `thresholds=auto` (measured once, cached;
     a model served alone has no thresholds to choose)."""
-    if spec.latency_profile != AUTO_PROFILE or rt.thresholds != "auto" or not rt.delayed_batching or num_models < 2:
+    if spec.latency_profile != AUTO_PROFILE or rt.thresholds != "auto" or not rt.delayed_batching or len(cfg.models) < 2:
         return None
     from tokenrouter.engine.profiling import profile_at_startup
     from tokenrouter.models import cache_dir
 
-    return profile_at_startup(engine, spec.to_dict(), rt.auto_max_concurrency, cache_dir() / "profiles")
+    return profile_at_startup(engine, cfg.models, cfg.index, rt.auto_max_concurrency, cache_dir() / "profiles")
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -397,7 +397,7 @@ def main(blob: bytes) -> None:
         names = [m["name"] for m in cfg.models]
         algo = build_algorithm(cfg.algorithm, cfg.index, names, cfg.algorithm_params)
         algo.bind(engine)
-        profile = _startup_profile(spec, engine, RuntimeConfig.from_dict(cfg.runtime), len(cfg.models))
+        profile = _startup_profile(cfg, spec, engine, RuntimeConfig.from_dict(cfg.runtime))
         inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}", keys)
         ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
         to_frontend.send(encode([ready]))
