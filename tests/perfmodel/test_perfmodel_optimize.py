@@ -81,6 +81,18 @@ def test_auto_thresholds_are_cached_on_disk(tmp_path, monkeypatch) -> None:
     assert auto_thresholds(route, commit, lat, 5) != table  # other inputs, other key
 
 
+def test_auto_thresholds_use_the_step_times_at_the_given_context(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TOKENROUTER_CACHE", str(tmp_path))
+    route, commit = preset("bernoulli", route_prob=0.35)
+    table = ((1, 27.9), (8, 30.0))
+    large = LatencyProfile(table=table, by_context=((256, table), (8192, ((1, 30.0), (8, 120.0)))))
+    small = LatencyProfile.constant(6.0)
+    long = auto_thresholds(route, commit, [small, large], 6, context_tokens=8192)
+    assert long == auto_thresholds(route, commit, [small, large.at_context(8192)], 6)
+    assert long != auto_thresholds(route, commit, [small, large], 6) == auto_thresholds(
+        route, commit, [small, large], 6, context_tokens=100)  # clamped to the base context
+
+
 def test_presets_and_algorithm_params() -> None:
     assert preset("citer", route_prob=0.2) == ([[0.8, 0.2], [1.0, 0.0]], [[1.0, 0.0], [1.0, 0.0]])
     assert preset_for_algorithm("bernoulli", {"route_prob": 0.35}) == preset("r2r", route_prob=0.35)

@@ -12,10 +12,12 @@ import pytest
 
 from tokenrouter.algorithms.checkpoints import save_router
 from tokenrouter.algorithms.routers import build_router
-from tokenrouter.config import AlgorithmSpec, ModelSpec, SimSpec
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.errors import UserError
 from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
-from tokenrouter.runtime.auto import auto_table, model_latency
+from tokenrouter.results import GenerationRequest
+from tokenrouter.runtime.auto import auto_table, model_latency, plan_thresholds, workload_context
+from tokenrouter.runtime.frontend import TokenRouterFrontend
 
 MAX_N = 6
 
@@ -79,3 +81,34 @@ def test_a_missing_or_bad_profile_is_a_one_line_error(tmp_path) -> None:
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(UserError, match="not a `tokenrouter profile` JSON"):
         auto_table(_torch_pair(str(tmp_path / "bad.json"), None), AlgorithmSpec("bernoulli"), MAX_N)
+
+
+def test_auto_context_tokens_picks_the_step_times_at_that_context(tmp_path) -> None:
+    # the large model's step grows with batch at 8k tokens of KV per request (memory-bound): batching pays less
+    by_context = {"256": {"1": 10.0, "4": 10.5, "16": 13.0}, "8192": {"1": 12.0, "4": 30.0, "16": 100.0}}
+    large = tmp_path / "large.json"
+    large.write_text(json.dumps({"context": 256, "decode_ms": by_context["256"], "decode_ms_by_context": by_context,
+                                 "extend_ms_per_token": 0.01}))
+    small = _profile(tmp_path / "small.json", {1: 2.0, 4: 2.2, 16: 3.0})
+    models, algo = _torch_pair(small, str(large)), AlgorithmSpec("bernoulli", {"route_prob": 0.3})
+    base = auto_table(models, algo, MAX_N)
+    assert auto_table(models, algo, MAX_N, context_tokens=256) == base  # 256: the base context, as None
+    long = auto_table(models, algo, MAX_N, context_tokens=8192)
+    assert long is not None and long != base and long[MAX_N][1] < base[MAX_N][1]
+    lats = [model_latency(m).at_context(8192) for m in models]
+    assert long == auto_thresholds(*preset_for_algorithm("bernoulli", {"route_prob": 0.3}), lats, MAX_N)
+    _, why = plan_thresholds(models, algo, MAX_N, context_tokens=8192)
+    assert why.endswith("step times at context 8192")
+
+
+def test_the_workload_sets_the_context_and_a_bad_one_is_a_one_line_error() -> None:
+    assert workload_context([100, 300], [8192, 8192]) == 200 + 4096
+    fe = TokenRouterFrontend([ModelSpec(name=n, engine="sim") for n in ("a", "b")], AlgorithmSpec("bernoulli"))
+    fe.calibrate([GenerationRequest(prompt_ids=[1] * 10, max_new_tokens=20)], ["x"])
+    assert fe.runtime.auto_context_tokens == 20
+    fixed = TokenRouterFrontend(fe.models, fe.algorithm, RuntimeConfig(auto_context_tokens=512))
+    fixed.calibrate([GenerationRequest(prompt_ids=[1] * 10, max_new_tokens=20)], ["x"])
+    assert fixed.runtime.auto_context_tokens == 512  # configured: the workload does not override it
+    with pytest.raises(UserError, match="auto_context_tokens must be null or an integer >= 1") as err:
+        RuntimeConfig.from_dict({"auto_context_tokens": 0})
+    assert "\n" not in str(err.value)
