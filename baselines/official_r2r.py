@@ -1,26 +1,33 @@
 """`system=official_r2r`: the public thu-nics/R2R implementation, run as it ships, on the same prompts.
 
-Install (GPU machine; R2R pins torch 2.8 / transformers 4.55 / sglang 0.5.1, so it gets its own environment):
-    git clone https://github.com/thu-nics/R2R && cd R2R
+Install (GPU machine; R2R pins torch 2.8 / transformers 4.55 / sglang 0.5.1, so it gets its own environment),
+pinned to commit 14994a0, the last one whose server routes by the router (see Known issues):
+    git clone https://github.com/thu-nics/R2R && cd R2R && git checkout 14994a0
     python -m venv .venv && .venv/bin/pip install -e . && .venv/bin/pip install sgl-kernel==0.3.8
 then `system.repo=/path/to/R2R` (and `system.python=...` if its interpreter is not `<repo>/.venv/bin/python`).
+Every run records which code it ran (`git rev-parse HEAD` of the checkout, else the installed `r2r` version)
+and which official server (always SLDisaggregationSystem, asynchronous) in summary.json `official_r2r`.
 
-Entry point: its OpenAI-style server `script/inference/launch_r2r_server.py --config-path CONFIG --host
-127.0.0.1 --port P --threshold T --tp-size-quick S --tp-size-ref L` (SLDisaggregationSystem: SLM and LLM
-servers with its own scheduling), started as a subprocess in its own process group; every request goes to its
-`POST /generate` with our prompt token ids, and the reply's `output_ids` and `llm_ratio` (share of tokens from
-the large model) become a GenerationResult.
+Entry point: its OpenAI-style server `script/inference/launch_r2r_server.py` (flags built by
+baselines.official_r2r_launch: `--overlap-tp-schedule` by default, as in the paper's two shared GPUs;
+CUDA_VISIBLE_DEVICES from the model set's devices; a free port), started as a subprocess in its own process
+group; every request goes to its `POST /generate` with our prompt token ids (finite timeout,
+system.request_timeout_s), and the reply's `output_ids` and `llm_ratio` (share of tokens from the large model)
+become a GenerationResult.
 
 Known issues, and how they are handled:
-- Its async runtime replaces the router's decisions with random 10% routing (`model_choices =
-  torch.bernoulli(torch.full(..., 0.10))` after `router.route(...)` in r2r/models/sglang_patch/slm_server.py).
-  We look for that line in the checkout: `system.on_random_routing=error` (default) refuses to run it,
-  `accept` runs it and flags the run (stats.known_issue), so its numbers are never mistaken for R2R routing.
+- Commit 3f33652 (and HEAD after it) replaces the router's decisions with random 10% routing
+  (`model_choices = torch.bernoulli(torch.full(..., 0.10))` right after `router.route(...)` in
+  r2r/models/sglang_patch/slm_server.py); 14994a0 has the same server interface without it (or delete that one
+  line on a newer checkout). We look for that line in the checkout: `system.on_random_routing=error` (default)
+  refuses to run it, `accept` runs it and flags the run (stats.known_issue), so its numbers are never mistaken
+  for R2R routing.
 - Greedy only: a request with temperature > 0 is rejected.
-- Thresholds are per dataset (its script/evaluate/eval_configs/r2r_configs.json): AIME 0.406, GPQA 0.42, else
-  its CLI default 0.5. Precedence here: system.threshold, then algorithm.threshold (r2r sweeps), then the
-  workload's dataset default. Its server lets a `router.threshold` in the config file override the CLI flag,
-  so we pass a private copy of its config with our threshold written in.
+- Router and threshold: the same router our `algorithm=r2r` uses (system.router, else algorithm.router, else
+  the official config's router_path), resolved to a local file as official R2R would (and read weights-only
+  first: the official code unpickles it in full), and the threshold (system.threshold, then algorithm.threshold,
+  then the dataset default of its script/evaluate/eval_configs/r2r_configs.json: AIME 0.406, GPQA 0.42, else
+  0.5) are both written into a private copy of its config, which its server reads before its CLI flags.
 """
 
 from __future__ import annotations
@@ -34,19 +41,32 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from baselines.official_r2r_launch import (
+    SERVER,
+    SERVER_SCRIPT,
+    Launch,
+    LaunchOptions,
+    build_launch,
+    free_port,
+)
+from tokenrouter.algorithms.checkpoints import check_router
+from tokenrouter.algorithms.router_sources import resolve_router
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 
-SERVER_SCRIPT = "script/inference/launch_r2r_server.py"
+PINNED_COMMIT = "14994a0"  # last commit before 3f33652 added random 10% routing to slm_server.py
 RANDOM_ROUTING = re.compile(r"model_choices\s*=\s*torch\.bernoulli\(\s*torch\.full\(")
 SLM_SERVER = "r2r/models/sglang_patch/slm_server.py"
 DATASET_THRESHOLDS = {"aime": 0.40595959595959596, "low_effort": 0.40595959595959596,
                       "high_effort": 0.40595959595959596, "gpqa": 0.42}
 DEFAULT_THRESHOLD = 0.5
+KNOWN = {"repo", "python", "config", "router", "threshold", "port", "tp_small", "tp_large", "overlap_tp_schedule",
+         "startup_timeout_s", "request_timeout_s", "on_random_routing"}
 
 
 def dataset_threshold(workload: str) -> float:
@@ -62,44 +82,66 @@ def config_name(models: list[ModelSpec]) -> str:
     return "+".join(Path(m.source.rstrip("/")).name for m in models) + ".yaml"
 
 
+def official_version(repo: Path, python: str) -> str:
+    """Which official code runs: the checkout's commit, else the `r2r` package version its interpreter has."""
+    if (repo / ".git").exists():
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=30, check=False)
+        if out.returncode == 0:
+            return out.stdout.strip()
+    probe = "import importlib.metadata as m; print(m.version('r2r'))"
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    return f"r2r {out.stdout.strip()}" if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What summary.json records about the official run (summary_extra `official_r2r`)."""
+
+    commit: str
+    pinned_commit: str
+    server: str
+    router: str
+    threshold: float
+    overlap_tp_schedule: bool
+    cuda_visible_devices: str
+    random_routing: bool
+
+
 class OfficialR2R:
     """The thu-nics/R2R server as a ServingSystem (see the module docstring)."""
 
-    def __init__(self, models: list[ModelSpec], repo: Path, python: str, config: Path, threshold: float, *,
-                 port: int = 30000, tp_small: int = 1, tp_large: int = 2, startup_timeout_s: float = 1800.0,
-                 random_routing: bool = False) -> None:
+    def __init__(self, models: list[ModelSpec], repo: Path, workdir: Path, launch: Launch, info: RunInfo, *,
+                 port: int, startup_timeout_s: float = 1800.0, request_timeout_s: float = 3600.0) -> None:
         self.model_names = [m.name for m in models]
-        self.repo, self.python, self.config, self.threshold = repo, python, config, threshold
-        self.port, self.tp = port, (tp_small, tp_large)
-        self.startup_timeout_s = startup_timeout_s
-        self.random_routing = random_routing
+        self.repo, self.launch, self.info, self.port = repo, launch, info, port
+        self.startup_timeout_s, self.request_timeout_s = startup_timeout_s, request_timeout_s
+        self._dir: Path | None = workdir
         self._proc: subprocess.Popen | None = None
-        self._dir: Path | None = None
         self._client: Any = None
         self._served = 0
+
+    @property
+    def threshold(self) -> float:
+        return self.info.threshold
 
     async def start(self) -> None:
         import httpx
 
-        self._dir = Path(tempfile.mkdtemp(prefix="tokenrouter-r2r-"))
-        os.chmod(self._dir, 0o700)
-        cfg = json.loads(self.config.read_text())
-        cfg.setdefault("router", {})["threshold"] = self.threshold
-        private = self._dir / "config.yaml"
-        private.write_text(json.dumps(cfg, indent=2))
-        cmd = [self.python, SERVER_SCRIPT, "--config-path", str(private), "--host", "127.0.0.1",
-               "--port", str(self.port), "--threshold", str(self.threshold),
-               "--tp-size-quick", str(self.tp[0]), "--tp-size-ref", str(self.tp[1])]
-        log = (self._dir / "server.log").open("w")
-        self._proc = subprocess.Popen(cmd, cwd=self.repo, stdout=log, stderr=subprocess.STDOUT,
-                                      start_new_session=True)
-        self._client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=None)
+        assert self._dir is not None, "start() after close()"
+        self.launch.config_path.write_text(json.dumps(self.launch.config, indent=2))
+        log_path = self._dir / "server.log"
+        with log_path.open("w") as log:
+            self._proc = subprocess.Popen(self.launch.cmd, cwd=self.repo, stdout=log, stderr=subprocess.STDOUT,
+                                          env={**os.environ, **self.launch.env}, start_new_session=True)
+        self._client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{self.port}", timeout=self.request_timeout_s)
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                tail = (self._dir / "server.log").read_text()[-400:].strip().replace("\n", " | ")
+                tail = log_path.read_text()[-400:].strip().replace("\n", " | ")
+                status = self._proc.returncode
                 await self.close()
-                raise UserError(f"official R2R server exited with status {self._proc.returncode}: ...{tail}")
+                raise UserError(f"official R2R server exited with status {status}: ...{tail}")
             try:
                 if (await self._client.get("/health", timeout=2.0)).status_code == 200:
                     return
@@ -125,12 +167,18 @@ class OfficialR2R:
             self._dir = None
 
     async def generate(self, req: GenerationRequest) -> GenerationResult:
+        import httpx
+
         if not req.sampling.greedy:
             raise UserError("official_r2r: the official R2R code is evaluated greedy only (temperature 0)")
         arrival = time.perf_counter()
         body = {"input_ids": list(req.prompt_ids),
                 "sampling_params": {"max_new_tokens": req.max_new_tokens, "temperature": 0.0, "top_p": 1.0}}
-        reply = await self._client.post("/generate", json=body)
+        try:
+            reply = await self._client.post("/generate", json=body)
+        except httpx.TimeoutException:
+            raise UserError(f"official R2R server gave no answer within {self.request_timeout_s:.0f} s "
+                            "(system.request_timeout_s)") from None
         if reply.status_code != 200:
             raise UserError(f"official R2R server answered {reply.status_code}: {reply.text[:200]}")
         data = reply.json()
@@ -146,20 +194,23 @@ class OfficialR2R:
         )
 
     def stats(self) -> dict:
-        out: dict[str, Any] = {"system": "official_r2r", "config": str(self.config), "threshold": self.threshold,
-                               "requests": self._served}
-        if self.random_routing:
+        out: dict[str, Any] = {"system": "official_r2r", "commit": self.info.commit, "server": self.info.server,
+                               "threshold": self.threshold, "requests": self._served}
+        if self.info.random_routing:
             out["known_issue"] = "random 10% routing in slm_server.py (router decisions ignored)"
         return out
 
+    def summary_extra(self) -> dict:
+        """Which official code and server ran, with which router, threshold and GPUs."""
+        return {"official_r2r": asdict(self.info)}
+
 
 def from_setup(setup: Any) -> OfficialR2R:
-    known = {"repo", "python", "config", "threshold", "port", "tp_small", "tp_large", "startup_timeout_s",
-             "on_random_routing"}
-    setup.unknown_fields(known)
+    setup.unknown_fields(KNOWN)
     opts = setup.system
     if len(setup.models) != 2:
         raise UserError("system=official_r2r needs exactly two models (small, large)")
+    small, large = setup.models
     repo = _find_repo(opts.get("repo"))
     python = opts.get("python") or str(repo / ".venv" / "bin" / "python")
     if not shutil.which(python):
@@ -168,18 +219,63 @@ def from_setup(setup: Any) -> OfficialR2R:
     if not config.is_file():
         raise UserError(f"official_r2r: no R2R config {config} for models "
                         f"{[m.source for m in setup.models]} (set system.config)")
-    random_routing = bool(RANDOM_ROUTING.search((repo / SLM_SERVER).read_text()))
-    policy = opts.get("on_random_routing", "error")
+    official = json.loads(config.read_text())  # its "yaml" configs are JSON, read by its server with json.load
+    random_routing = _random_routing(repo, opts.get("on_random_routing", "error"))
+    router = _router(opts, setup, official)
+    workdir = Path(tempfile.mkdtemp(prefix="tokenrouter-r2r-"))
+    os.chmod(workdir, 0o700)
+    port = int(opts.get("port") or free_port())
+    launch_opts = LaunchOptions(
+        python=python, config_path=workdir / "config.json", port=port, threshold=_threshold(opts, setup),
+        router=router, tp_small=int(opts.get("tp_small") or small.tp), tp_large=int(opts.get("tp_large") or large.tp),
+        overlap_tp_schedule=bool(opts.get("overlap_tp_schedule", True)))
+    try:
+        launch = build_launch(launch_opts, official, small, large, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except UserError:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    info = RunInfo(commit=official_version(repo, python), pinned_commit=PINNED_COMMIT, server=SERVER,
+                   router=router, threshold=launch_opts.threshold, overlap_tp_schedule=launch_opts.overlap_tp_schedule,
+                   cuda_visible_devices=launch.env["CUDA_VISIBLE_DEVICES"], random_routing=random_routing)
+    return OfficialR2R(setup.models, repo, workdir, launch, info, port=port,
+                       startup_timeout_s=float(opts.get("startup_timeout_s") or 1800),
+                       request_timeout_s=float(opts.get("request_timeout_s") or 3600))
+
+
+def _random_routing(repo: Path, policy: str) -> bool:
+    """Whether the checkout has HEAD's random routing line; refused unless the policy accepts it."""
     if policy not in ("error", "accept"):
         raise UserError(f"system.on_random_routing must be 'error' or 'accept', got {policy!r}")
-    if random_routing and policy == "error":
+    found = bool(RANDOM_ROUTING.search((repo / SLM_SERVER).read_text()))
+    if found and policy == "error":
         raise UserError(f"official_r2r: this R2R checkout replaces router decisions with random 10% routing "
-                        f"({SLM_SERVER}); set system.on_random_routing=accept to run it anyway (flagged)")
-    algo_threshold = setup.algorithm.params.get("threshold") if setup.algorithm.name == "r2r" else None
-    threshold = opts.get("threshold") or algo_threshold or dataset_threshold(setup.workload_name)
-    return OfficialR2R(setup.models, repo, python, config, float(threshold), port=int(opts.get("port", 30000)),
-                       tp_small=int(opts.get("tp_small", 1)), tp_large=int(opts.get("tp_large", 2)),
-                       startup_timeout_s=float(opts.get("startup_timeout_s", 1800)), random_routing=random_routing)
+                        f"({SLM_SERVER}); check out {PINNED_COMMIT} or set system.on_random_routing=accept "
+                        "to run it anyway (flagged)")
+    return found
+
+
+def _router(opts: dict[str, Any], setup: Any, official: dict[str, Any]) -> str:
+    """The local checkpoint both systems use: system.router, else algorithm.router (r2r), else the official
+    config's router_path; read weights-only here, since the official code unpickles it in full."""
+    algo = setup.algorithm.params.get("router") if setup.algorithm.name == "r2r" else None
+    ref = opts.get("router") or algo or (official.get("router") or {}).get("router_path")
+    if not ref:
+        raise UserError("official_r2r: no router (set system.router or algorithm.router)")
+    path = resolve_router(str(ref))
+    if path.suffix != ".pt":
+        raise UserError(f"official_r2r: router {str(ref)!r} is not an official .pt checkpoint (the official code "
+                        "reads only those)")
+    check_router(str(path), "r2r")
+    return str(path)
+
+
+def _threshold(opts: dict[str, Any], setup: Any) -> float:
+    """system.threshold, then algorithm.threshold (r2r sweeps), then the workload's dataset default."""
+    algo = setup.algorithm.params.get("threshold") if setup.algorithm.name == "r2r" else None
+    for value in (opts.get("threshold"), algo):
+        if value is not None:
+            return float(value)
+    return dataset_threshold(setup.workload_name)
 
 
 def _find_repo(repo: str | None) -> Path:

@@ -119,6 +119,12 @@ class RoutingAlgorithm(ABC):
         if params:
             raise UserError(f"algorithm {self.name!r}: unknown parameter(s) {sorted(params)}")
 
+    @classmethod
+    def resolve_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """Called once in the front end before any subserver starts: the parameters subservers get, with
+        remote references (a Hub router) replaced by local files, so no subserver downloads or lists the Hub."""
+        return params
+
     def check(self) -> None:
         """Called in the front end before any subserver starts: validate what `bind()` will load (router
         files), so bad input is one clear line at once rather than a failed start-up after the models load."""

@@ -162,5 +162,5 @@ def test_missing_local_router_and_offline_hub_path_are_clear_errors(monkeypatch,
     with pytest.raises(UserError, match="no such file"):
         load_router(str(tmp_path / "nope.pt"), "r2r", None)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    with pytest.raises(UserError, match="Hugging Face Hub .*nics-efc/R2R_router_collections.*local path"):
+    with pytest.raises(UserError, match="nics-efc/R2R_router_collections.* not in the local Hugging Face cache .*local path"):
         load_router("nics-efc/R2R_router_collections/Qwen3-0.6B+Qwen3-32B/default_router.pt", "r2r", None)

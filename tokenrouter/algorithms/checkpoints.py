@@ -4,8 +4,8 @@ Official layout (public thu-nics/R2R code): `torch.save({"model_type", "init_arg
 {"threshold", "input_type"}, "model_specific_args", "state_dict"})`, with `token_embeddings.weight` stripped
 from the state dict (it is a frozen copy of the small model's input embedding, rebuilt here from the serving
 engine). It is read with `torch.load(weights_only=True)` ONLY: a file that needs arbitrary Python objects
-unpickled is refused, never executed. A path that is not a local file is looked up on the Hugging Face Hub
-as `owner/repo[/path/in/repo.pt]` (default file `default_router.pt`), with a clear error when offline.
+unpickled is refused, never executed. A path that is not a local file is a Hub reference
+`owner/repo[/folder][/file.pt]`, resolved as official R2R does (tokenrouter.algorithms.router_sources).
 
 Our layout: `<stem>.safetensors` (weights, token embedding stripped too) + `<stem>.json` (router kind, init
 config, threshold in the algorithm's own terms, label statistics and held-out metrics from training).
@@ -26,6 +26,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from tokenrouter.algorithms.router_sources import resolve_router
 from tokenrouter.algorithms.routers import R2RRouter, RouterNet, build_router, router_config
 from tokenrouter.errors import UserError, first_line
 from tokenrouter.fsutil import atomic_write_text
@@ -49,7 +50,7 @@ class LoadedRouter:
 def load_router(path: str, kind: str, embeddings: torch.Tensor | None = None) -> LoadedRouter:
     """Load a router of `kind` from our format or (r2r) the official layout; `embeddings` = the small model's
     input embedding weight, needed by routers that embed the predicted token."""
-    local = _resolve(path)
+    local = resolve_router(path)
     if _is_ours(local):
         loaded = _load_ours(local, kind)
     else:
@@ -66,7 +67,7 @@ def check_router(path: str, kind: str) -> None:
     """Read the router file(s) as `load_router` will, without an engine: the front end calls this before it
     starts any subserver, so a corrupt, truncated or unsafe file is one clear line in a second, not a failed
     start-up after the models loaded."""
-    local = _resolve(path)
+    local = resolve_router(path)
     if _is_ours(local):
         _load_ours(local, kind)
     else:
@@ -211,24 +212,3 @@ def _load_state(net: RouterNet, state: dict[str, torch.Tensor], path: Path) -> N
     missing = [k for k in missing if k != EMBEDDING_KEY]
     if missing or unexpected:
         raise UserError(f"router {str(path)!r}: weights do not match its config (missing {missing}, unexpected {unexpected})")
-
-
-def _resolve(path: str) -> Path:
-    """A local file or directory, else a Hub path `owner/repo[/file]` downloaded (clear error when offline)."""
-    local = Path(path).expanduser()
-    if local.exists():
-        return local
-    parts = [p for p in str(path).split("/") if p]
-    if str(path).startswith(("/", ".", "~")) or len(parts) < 2:
-        raise UserError(f"router {path!r}: no such file")
-    repo_id = "/".join(parts[:2])
-    filename = "/".join(parts[2:]) or "default_router.pt"
-    try:
-        from huggingface_hub import hf_hub_download
-
-        return Path(hf_hub_download(repo_id=repo_id, filename=filename))
-    except Exception as exc:  # offline, unknown repo or file: one clear line, whatever the Hub client raised
-        raise UserError(
-            f"router {path!r} is not a local file and could not be fetched from the Hugging Face Hub "
-            f"({repo_id}, {filename}): {first_line(exc)}. Download it and pass the local path."
-        ) from None

@@ -18,6 +18,7 @@ import torch
 
 from tokenrouter.algorithms.checkpoints import check_router, load_router
 from tokenrouter.algorithms.rates import measured_rate
+from tokenrouter.algorithms.router_sources import resolve_router
 from tokenrouter.algorithms.routers import RouterNet
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.engine.base import Engine
@@ -54,6 +55,11 @@ class LearnedRouting(RoutingAlgorithm):
         self.net: RouterNet | None = None
         self.router_meta: dict[str, Any] = {}
         self.device = torch.device("cpu")
+
+    @classmethod
+    def resolve_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        router = params.get("router")
+        return {**params, "router": str(resolve_router(str(router)))} if router else params
 
     def check(self) -> None:
         if self.model_index == 0:  # the router's files, read once here without the small model's engine

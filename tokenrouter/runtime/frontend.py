@@ -29,7 +29,7 @@ from typing import Any
 
 import zmq
 
-from tokenrouter.api import build_algorithm
+from tokenrouter.api import algorithm_class, build_algorithm
 from tokenrouter.children import child_env
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
@@ -119,13 +119,14 @@ class TokenRouterFrontend:
             raise UserError("models: need at least one model")
         self.models = list(models)
         self.model_names = [m.name for m in self.models]
-        self.algorithm = algorithm
+        params = algorithm_class(algorithm.name).resolve_params(dict(algorithm.params))  # Hub routers: local now
+        self.algorithm = AlgorithmSpec(algorithm.name, params)
         for i, model in enumerate(self.models):  # bad parameters, model or router files: one line now
             if model.engine == "torch":
                 check_source(model.source)
                 if model.tp > 1:
                     check_tp(model.source, model.tp, model.name)
-            build_algorithm(algorithm.name, i, self.model_names, algorithm.params).check()
+            build_algorithm(self.algorithm.name, i, self.model_names, params).check()
         self.runtime = runtime or RuntimeConfig()
         self.seed = seed
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
