@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from evals.provenance import provenance
 from evals.systems import ServingSystem, build_system, plain
 from tokenrouter.config import ModelSpec, model_specs, seed_value
 from tokenrouter.engine.base import SamplingParams
@@ -232,6 +233,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     summary["large_token_share"] = summary["tokens_per_model"].get(list(specs)[-1], 0) / total if total else None
     summary.update(run_info(cfg, system, workload_name, clients), stats=stats, **extra)
     summary["predicted_throughput_tok_s"] = predicted_throughput(cfg, system, clients)
+    summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
     atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 

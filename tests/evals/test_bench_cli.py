@@ -4,6 +4,7 @@ run dir contents, sweeps that resume, clear errors."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -12,6 +13,7 @@ import pytest
 from evals.bench import poisson_arrivals
 from tokenrouter.cli import main
 
+ROOT = Path(__file__).resolve().parents[2]
 SIM = ["models=sim-r2r", "system=lockstep", "workload.num_requests=6", "workload.output_tokens=12"]
 
 
@@ -37,6 +39,12 @@ def test_run_writes_config_requests_and_summary(tmp_path: Path) -> None:
     assert 0 < summary["throughput_tok_s"] < 3 * 1000 / 6.0
     assert summary["predicted_throughput_tok_s"] > 0
     assert summary["stats"]["models"]["small"]["mean_batch_size"] > 1
+    prov = summary["provenance"]  # enough to trace and rerun the figure
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert prov["git_commit"] == (head.stdout.strip() or None) and isinstance(prov["git_dirty"], bool | None)
+    assert prov["packages"]["torch"] and prov["packages"]["tokenrouter"] and prov["devices"].keys() == {"cpu"}
+    assert prov["command"] and all(isinstance(a, str) for a in prov["command"])  # this process's argv
+    assert prov["date"].startswith("20") and prov["host"]
 
 
 def test_sweep_resumes_without_rerunning(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
