@@ -21,6 +21,8 @@ from tokenrouter.engine.torch_engine import TorchEngine  # noqa: E402
 from tokenrouter.errors import CapacityError, UserError  # noqa: E402
 from tokenrouter.models.tiny_random import save_random_decoder  # noqa: E402
 
+from .schedules import staggered_parked_schedule  # noqa: E402
+
 NEW = 10
 PROMPTS = [[5, 17, 33], [2, 9, 40, 41, 7, 3, 88], [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 12], [44, 8, 19, 90, 1]]
 KV_TOKENS = 512
@@ -41,45 +43,10 @@ def engines(request, tmp_path_factory):
     sgl.close()
 
 
-def _schedule(engine, refs: list[list[int]], check=None) -> dict[str, list[int]]:
-    """Requests join at different steps, r1 parks for 3 steps (the peer's tokens arrive) and resumes with a
-    4-token extend; every step is one engine call over whatever is active (mixed prefill/decode/extend)."""
-    join_at = {"0": 0, "1": 0, "2": 3, "3": 5}
-    park = {"1": (4, 3)}
-    out: dict[str, list[int]] = {r: [] for r in join_at}
-    pending: dict[str, list[int]] = {}
-    parked_until: dict[str, int] = {}
-    step = 0
-    while any(len(out[r]) < NEW for r in out):
-        items = []
-        for r, start in join_at.items():
-            if step < start or len(out[r]) >= NEW or parked_until.get(r, -1) > step:
-                continue
-            if r in park and park[r][0] == step:
-                parked_until[r] = step + park[r][1]
-                k = len(out[r])
-                out[r] += refs[int(r)][k : k + park[r][1]]
-                continue
-            items.append(StepItem(r, pending.get(r) or PROMPTS[int(r)]))
-        res = engine.step(items)
-        if check is not None:
-            check(step, items, res)
-        for r, tok in zip(res.rids, res.next_tokens, strict=True):
-            out[r].append(tok)
-            pending[r] = [tok]
-        for r, until in list(parked_until.items()):
-            if until == step + 1:
-                k = len(out[r])
-                pending[r] = out[r][k - park[r][1] - 1 : k]
-                del parked_until[r]
-        step += 1
-    return out
-
-
 def test_greedy_equals_hf_generate_and_torch_engine_over_mixed_staggered_parked_steps(engines) -> None:
     sgl, ref_engine, _, refs = engines
     torch_steps = []
-    _schedule(ref_engine, refs, lambda step, items, res: torch_steps.append(res))
+    staggered_parked_schedule(ref_engine, PROMPTS, refs, NEW, lambda step, items, res: torch_steps.append(res))
     kinds = set()
 
     def check(step, items, res) -> None:
@@ -91,7 +58,7 @@ def test_greedy_equals_hf_generate_and_torch_engine_over_mixed_staggered_parked_
         torch.testing.assert_close(res.logits, want.logits, atol=1e-3, rtol=1e-4)
         torch.testing.assert_close(res.hidden, want.hidden, atol=1e-4, rtol=1e-4)
 
-    out = _schedule(sgl, refs, check)
+    out = staggered_parked_schedule(sgl, PROMPTS, refs, NEW, check)
     assert kinds == {"decode", "mixed"}  # both ForwardMode.DECODE and EXTEND steps ran
     for r in out:
         assert out[r][:NEW] == refs[int(r)], f"request {r}"

@@ -20,6 +20,8 @@ from tokenrouter.engine.base import SamplingParams, StepItem
 from tokenrouter.engine.torch_engine import TorchEngine
 from tokenrouter.errors import CapacityError
 
+from .schedules import staggered_parked_schedule
+
 VOCAB = 97
 NEW = 12
 PROMPTS = [[5, 17, 33], [2, 9, 40, 41, 7, 3, 88], [60, 61, 62, 63, 64, 65, 66, 67, 68, 69, 70, 12], [44, 8, 19, 90, 1]]
@@ -60,35 +62,10 @@ def pair(request):
 
 def test_greedy_matches_hf_generate_with_staggered_joins_and_parked_extend(pair) -> None:
     engine, _, refs = pair
-    join_at = {"0": 0, "1": 0, "2": 3, "3": 5}
-    park = {"1": (4, 3)}  # r1 parks at step 4 while a peer commits 3 tokens; resumes with a 4-token extend
-    out: dict[str, list[int]] = {r: [] for r in join_at}
-    pending: dict[str, list[int]] = {}
-    parked_until: dict[str, int] = {}
-    step = 0
-    while any(len(out[r]) < NEW for r in out):
-        items = []
-        for r, start in join_at.items():
-            if step < start or len(out[r]) >= NEW or parked_until.get(r, -1) > step:
-                continue
-            if r in park and park[r][0] == step:  # the peer model produces these tokens meanwhile
-                parked_until[r] = step + park[r][1]
-                k = len(out[r])
-                out[r] += refs[int(r)][k : k + park[r][1]]
-                continue
-            feed = pending.get(r) or PROMPTS[int(r)]
-            items.append(StepItem(r, feed))
-        res = engine.step(items)
+    def shapes(step: int, items: list[StepItem], res) -> None:
         assert res.logits.shape == (len(items), VOCAB) and res.hidden.shape == (len(items), 64)
-        for r, tok in zip(res.rids, res.next_tokens, strict=True):
-            out[r].append(tok)
-            pending[r] = [tok]
-        for r, until in list(parked_until.items()):
-            if until == step + 1:  # resume: extend with the last own token plus the peer's tokens
-                k = len(out[r])
-                pending[r] = out[r][k - park[r][1] - 1 : k]
-                del parked_until[r]
-        step += 1
+
+    out = staggered_parked_schedule(engine, PROMPTS, refs, NEW, shapes)
     for r in out:
         assert out[r][:NEW] == refs[int(r)], f"request {r}"
         assert engine.seq_len(r) == len(PROMPTS[int(r)]) + NEW - 1

@@ -58,6 +58,21 @@ class StepOutput:
     hidden: torch.Tensor | None = None  # [B, hidden], after the final norm
 
 
+def check_step_items(items: list[StepItem], vocab_size: int) -> tuple[list[str], list[int], list[int]]:
+    """(rids, new-token counts, all new ids) of a non-empty step, or ValueError naming what is malformed: each
+    request at most once, at least one token each, every id inside the vocabulary."""
+    rids = [it.rid for it in items]
+    if len(set(rids)) != len(rids):
+        raise ValueError("a step may hold each request at most once")
+    counts = [len(it.token_ids) for it in items]
+    if min(counts) < 1:
+        raise ValueError(f"request {rids[counts.index(min(counts))]!r}: a step item needs at least one token")
+    ids = [t for it in items for t in it.token_ids]
+    if max(ids) >= vocab_size or min(ids) < 0:
+        raise ValueError(f"token id out of range for a vocabulary of {vocab_size}")
+    return rids, counts, ids
+
+
 class Engine(ABC):
     """A model that serves many requests at once with a KV cache per request."""
 

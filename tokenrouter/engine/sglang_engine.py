@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from tokenrouter.config import ModelSpec
-from tokenrouter.engine.base import Engine, StepItem, StepOutput
+from tokenrouter.engine.base import Engine, StepItem, StepOutput, check_step_items
 from tokenrouter.engine.sampling import sample
 from tokenrouter.errors import CapacityError, UserError, first_line
 
@@ -155,15 +155,7 @@ class SGLangEngine(Engine):
     def step(self, items: list[StepItem]) -> StepOutput:
         if not items:
             return StepOutput(rids=[], next_tokens=[])
-        rids = [it.rid for it in items]
-        if len(set(rids)) != len(rids):
-            raise ValueError("a step may hold each request at most once")
-        counts = [len(it.token_ids) for it in items]
-        if min(counts) < 1:
-            raise ValueError(f"request {rids[counts.index(min(counts))]!r}: a step item needs at least one token")
-        ids = [t for it in items for t in it.token_ids]
-        if max(ids) >= self.vocab_size or min(ids) < 0:
-            raise ValueError(f"token id out of range for a vocabulary of {self.vocab_size}")
+        rids, counts, ids = check_step_items(items, self.vocab_size)
         before = [self._len.get(r, 0) for r in rids]
         self._check_fits(rids, before, counts)
         new_rows = [r for r in rids if r not in self._row]

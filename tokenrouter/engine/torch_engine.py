@@ -14,7 +14,7 @@ import torch
 
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine import attention
-from tokenrouter.engine.base import Engine, StepItem, StepOutput
+from tokenrouter.engine.base import Engine, StepItem, StepOutput, check_step_items
 from tokenrouter.engine.kv_pool import KVLayout, KVPool, pool_tokens
 from tokenrouter.engine.sampling import sample
 from tokenrouter.errors import UserError
@@ -85,16 +85,7 @@ class TorchEngine(Engine):
     def step(self, items: list[StepItem]) -> StepOutput:
         if not items:
             return StepOutput(rids=[], next_tokens=[])
-        rids = [it.rid for it in items]
-        if len(set(rids)) != len(rids):
-            raise ValueError("a step may hold each request at most once")
-        counts = [len(it.token_ids) for it in items]
-        if min(counts) < 1:
-            bad = rids[counts.index(min(counts))]
-            raise ValueError(f"request {bad!r}: a step item needs at least one token")
-        ids = [t for it in items for t in it.token_ids]
-        if max(ids) >= self.vocab_size or min(ids) < 0:
-            raise ValueError(f"token id out of range for a vocabulary of {self.vocab_size}")
+        rids, counts, ids = check_step_items(items, self.vocab_size)
         self.pool.check_fits(dict(zip(rids, counts, strict=True)))
         lens_before = [self.pool.seq_len(r) for r in rids]
         try:
