@@ -47,8 +47,11 @@ from tokenrouter.runtime.ipc import (
     start_authenticator,
 )
 from tokenrouter.runtime.messages import (
+    INT64_MAX,
+    INT64_MIN,
     OUT_HIDDEN,
     OUT_LOGITS,
+    TOKEN_ID_LIMIT,
     Abort,
     Active,
     Fatal,
@@ -579,8 +582,7 @@ class TokenRouterFrontend:
 
 
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # OpenAI's seed range
-TOKEN_ID_MAX = 2**31 - 1
+TOKEN_ID_MAX = TOKEN_ID_LIMIT - 1
 
 
 def _check_request(req: GenerationRequest, vocab: int) -> None:

@@ -18,11 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenrouter.results import GenerationResult
 from tokenrouter.runtime.http_stop import MAX_STOP_STRINGS
+from tokenrouter.runtime.messages import INT64_MAX, INT64_MIN, TOKEN_ID_LIMIT
 
 M = TypeVar("M", bound=BaseModel)
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # OpenAI's seed range (msgpack carries 64-bit integers)
-TOKEN_ID_LIMIT = 2**31  # token ids are int32 in tokenizers and engines
 MAX_TOKENS_LIMIT = 2**31 - 1
 
 TokenId = Annotated[int, Field(ge=0, lt=TOKEN_ID_LIMIT)]

@@ -15,6 +15,10 @@ import msgpack
 from tokenrouter.api import PeerRequest
 from tokenrouter.engine.base import SamplingParams
 
+# What the wire carries: seeds as 64-bit signed integers (OpenAI's seed range), token ids and counts as int32.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+TOKEN_ID_LIMIT = 2**31
+
 
 @dataclass
 class RequestMeta:
