@@ -49,6 +49,7 @@ class _Active:
     handoffs: int = 0
     arrival_s: float = 0.0
     first_token_s: float | None = None
+    commits: list[tuple[float, int, str]] = field(default_factory=list)  # GenerationResult.commits
     finish_s: float = 0.0
     finish_reason: str | None = None  # set once finished
     error: str | None = None
@@ -283,8 +284,10 @@ class LockstepSystem:
         view.commit(token)
         a.committed[m] += 1
         self._stats[m].tokens_committed += 1
+        now = time.perf_counter()
+        a.commits.append((now, 1, self.model_names[m]))
         if a.first_token_s is None:
-            a.first_token_s = time.perf_counter()
+            a.first_token_s = now
         stop = a.req.stop_token_ids if a.req.stop_token_ids is not None else self.engines[0].eos_token_ids
         if token in stop:
             self._finish(a, "stop")
@@ -343,6 +346,7 @@ class LockstepSystem:
             first_token_s=a.first_token_s,
             finish_s=a.finish_s,
             error=a.error,
+            commits=a.commits,
         )
 
 

@@ -242,6 +242,7 @@ class StdServingSystem:
         stop = set(self.eos_ids if req.stop_token_ids is None else req.stop_token_ids)
         per_model = [0] * len(self.specs)
         at, hops, first_token, reason = 0, 0, None, ""
+        commits: list[tuple[float, int, str]] = []
         while not reason:
             t0, src = time.perf_counter(), at
             view = views[at]
@@ -256,7 +257,8 @@ class StdServingSystem:
                 view.commit(step.token)
                 per_model[at] += 1
                 self._committed[at] += 1
-                first_token = first_token or time.perf_counter()
+                commits.append((time.perf_counter(), 1, self.model_names[at]))
+                first_token = first_token or commits[-1][0]
                 reason = "stop" if step.token in stop else "length" if view.position >= req.max_new_tokens else ""
             if not reason and dest != at:
                 views[dest] = self._hand_off(algo, view, at, dest, views[dest])
@@ -270,7 +272,7 @@ class StdServingSystem:
         return GenerationResult(
             index=req.index, prompt_ids=list(req.prompt_ids), output_ids=list(done.output_ids), finish_reason=reason,
             tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=hops,
-            arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(),
+            arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(), commits=commits,
         )
 
     def _hand_off(self, algo: RoutingAlgorithm, view: RouterRequest, src: int, dest: int,

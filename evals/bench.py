@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from evals.metrics import SLO_METRICS
 from evals.provenance import provenance
 from evals.systems import ServingSystem, build_system, plain
 from tokenrouter.config import ModelSpec, model_specs, seed_value
@@ -95,11 +96,11 @@ def prepare(cfg: Any, entry: ModelSpec) -> tuple[str, Prepared]:
     return workload.name, Prepared(requests, answers, kinds, texts, tokenizer)
 
 
-def positive_int(value: Any, what: str) -> int:
-    """A config value that must be a positive integer (Hydra passes `concurrency=` as an empty string)."""
+def int_at_least(value: Any, what: str, least: int) -> int:
+    """A config value that must be an integer >= `least` (Hydra passes `concurrency=` as an empty string)."""
     if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit() \
-            or int(value) < 1:
-        raise UserError(f"{what} must be an integer >= 1, got {value!r}")
+            or int(value) < least:
+        raise UserError(f"{what} must be an integer >= {least}, got {value!r}")
     return int(value)
 
 
@@ -160,32 +161,69 @@ async def drive(system: ServingSystem, requests: list[GenerationRequest], client
 
 
 def result_row(result: GenerationResult, prep: Prepared, position: dict[int, int]) -> dict[str, Any]:
-    """The requests.jsonl line: the result plus decoded text and correctness where the workload is graded."""
+    """The requests.jsonl line: the result (with its routing trace `model_runs` and `commit_ms`), the prompt
+    and output text, and where the workload is graded the gold answer, the answer extracted from the output
+    and whether it is correct, so errors can be read off the file without rerunning anything."""
     row = result.to_json()
     i = position[result.index]
+    row["prompt_text"] = prep.texts[i]
     if prep.tokenizer is not None:
         row["text"] = prep.tokenizer.decode(result.output_ids, skip_special_tokens=True)
     answer, kind = prep.answers[i], prep.kinds[i]
-    row["correct"] = None
-    if answer is not None and kind != "none" and "text" in row and result.finish_reason != "error":
-        from evals.grading import is_correct
+    graded = answer is not None and kind != "none"
+    row.update(gold=answer if graded else None, extracted=None, correct=None)
+    if graded and "text" in row and result.finish_reason != "error":
+        from evals.grading import extract_answer, extract_choice, is_correct
 
+        row["extracted"] = (extract_choice if kind == "choice" else extract_answer)(row["text"])
         row["correct"] = bool(is_correct(row["text"], answer, kind))
-    elif answer is not None and kind != "none" and result.finish_reason == "error":
+    elif graded and result.finish_reason == "error":
         row["correct"] = False
     return row
 
 
+def slo_config(cfg: Any) -> dict[str, float]:
+    """`slo.{ttft,tpot,e2el}_ms` (null = not part of the SLO) as bench_serving's goodput SLO dict."""
+    node = plain(cfg.get("slo")) or {}
+    if not isinstance(node, dict):
+        raise UserError(f"slo must be a mapping of ttft_ms / tpot_ms / e2el_ms, got {node!r}")
+    slo = {}
+    for key, value in node.items():
+        metric = str(key).removesuffix("_ms")
+        if metric not in SLO_METRICS or not str(key).endswith("_ms"):
+            raise UserError(f"slo: unknown key {key!r}; known: {[m + '_ms' for m in SLO_METRICS]}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise UserError(f"slo.{key} must be a number of milliseconds > 0 (or null), got {value!r}")
+        slo[metric] = float(value)
+    return slo
+
+
+async def warm_up(system: ServingSystem, prep: Prepared, count: int, clients: int, name: str) -> None:
+    """Run the workload's first `count` requests once, untimed and unrecorded (first-step compilation,
+    allocator and cache warm-up), as bench_serving's --warmup-requests. The system's own counters include
+    them; the summary's latency and throughput figures do not."""
+    if count <= 0:
+        return
+    warm = [prep.requests[i % len(prep.requests)] for i in range(count)]
+    _, _, crash = await drive(system, warm, min(clients, count), lambda _: None)
+    if crash is not None:
+        raise RunFailed(f"system {name} crashed during warm-up: {crash}")
+
+
 async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     """Build the workload and the system, run every request, write requests.jsonl and summary.json."""
-    from evals.metrics import steady_throughput, summarize
+    from evals.metrics import serving_metrics, steady_throughput, summarize
 
     arrival = str(cfg.get("arrival", "closed_loop"))
     if arrival not in ARRIVALS:
         raise UserError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
-    concurrency = positive_int(cfg.get("concurrency", 1), "concurrency")
+    concurrency = int_at_least(cfg.get("concurrency", 1), "concurrency", 1)
     seed = seed_value(cfg.get("seed", 0))
     rate = request_rate(cfg) if arrival == "poisson" else None
+    slo = slo_config(cfg)
+    warmup = int_at_least(cfg.get("warmup_requests", 0), "warmup_requests", 0)
     specs = {m.name: m for m in model_specs(cfg.models)}
     system = build_system(cfg)
     workload_name, prep = prepare(cfg, specs[system.model_names[0]])
@@ -211,6 +249,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
                 raise
             except Exception as exc:  # noqa: BLE001 - a system that cannot start is a failed run, not a bug here
                 raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
+            await warm_up(system, prep, warmup, clients, cfg.system.name)
             results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
             stats = system.stats()
             extra = getattr(system, "summary_extra", lambda: {})()
@@ -231,7 +270,8 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     # the share of the model SET's last (strong) model, also when the system serves part of the set (single)
     total = sum(summary["tokens_per_model"].values())
     summary["large_token_share"] = summary["tokens_per_model"].get(list(specs)[-1], 0) / total if total else None
-    summary.update(run_info(cfg, system, workload_name, clients), stats=stats, **extra)
+    summary.update(serving_metrics(results, elapsed, slo))
+    summary.update(run_info(cfg, system, workload_name, clients), warmup_requests=warmup, stats=stats, **extra)
     summary["predicted_throughput_tok_s"] = predicted_throughput(cfg, system, clients)
     summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
     atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")

@@ -93,6 +93,62 @@ def summarize(
     return summary
 
 
+SLO_METRICS = ("ttft", "tpot", "e2el")
+
+
+def _ms_stats(name: str, seconds: Sequence[float]) -> dict[str, float | None]:
+    """mean / median / std / p90 / p99 of `seconds` in ms, under bench_serving's key names."""
+    ms = np.asarray(seconds, dtype=float) * 1e3
+    stats = {"mean": np.mean, "median": np.median, "std": np.std,
+             "p90": lambda v: np.percentile(v, 90), "p99": lambda v: np.percentile(v, 99)}
+    return {f"{stat}_{name}_ms": (float(fn(ms)) if ms.size else None) for stat, fn in stats.items()}
+
+
+def tpot_s(result: GenerationResult) -> float | None:
+    """Time per output token after the first, as bench_serving defines it: (e2e - TTFT) / (tokens - 1)."""
+    n = len(result.output_ids)
+    if n < 2 or result.ttft_s is None:
+        return None
+    return (result.latency_s - result.ttft_s) / (n - 1)
+
+
+def serving_metrics(results: Sequence[GenerationResult], duration_s: float,
+                    slo_ms: dict[str, float] | None = None) -> dict[str, Any]:
+    """The serving figures researchers compare servers by, under the names and units of SGLang's
+    `bench_serving` / `vllm bench serve` (ms; throughputs per second of `duration`), so a TokenRouter run
+    and a run of those tools against any server line up column for column. Failed requests count in `failed`
+    only. ITL is per output token (a multi-token commit event counts as that many equal gaps); runs whose
+    system records no commit times (official R2R) have no ITL. Goodput: completed requests meeting every
+    SLO given (`ttft`, `tpot`, `e2el`, in ms), per second, as bench_serving's `--goodput`."""
+    ok = [r for r in results if r.finish_reason != "error"]
+    inputs = sum(len(r.prompt_ids) for r in ok)
+    outputs = sum(len(r.output_ids) for r in ok)
+    per_second = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: None)
+    ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
+    tpots = [t for t in map(tpot_s, ok) if t is not None]
+    itls = [gap for r in ok for gap in r.inter_token_latencies()]
+    metrics: dict[str, Any] = {
+        "duration": duration_s, "completed": len(ok), "failed": len(results) - len(ok),
+        "total_input_tokens": inputs, "total_output_tokens": outputs,
+        "request_throughput": per_second(len(ok)), "input_throughput": per_second(inputs),
+        "output_throughput": per_second(outputs), "total_token_throughput": per_second(inputs + outputs),
+        **_ms_stats("ttft", ttfts), **_ms_stats("tpot", tpots), **_ms_stats("itl", itls),
+        **_ms_stats("e2el", [r.latency_s for r in ok]),
+    }
+    if slo_ms:
+        unknown = sorted(set(slo_ms) - set(SLO_METRICS))
+        if unknown:
+            raise ValueError(f"slo: unknown metric(s) {unknown}; known: {list(SLO_METRICS)}")
+
+        def observed(r: GenerationResult) -> dict[str, float]:
+            return {"ttft": (r.ttft_s or 0.0) * 1e3, "tpot": (tpot_s(r) or 0.0) * 1e3, "e2el": r.latency_s * 1e3}
+
+        good = sum(all(observed(r)[k] <= v for k, v in slo_ms.items()) for r in ok)
+        metrics.update(goodput_slos_ms=dict(slo_ms), request_goodput=per_second(good),
+                       slo_attainment=good / len(results) if results else None)
+    return metrics
+
+
 def steady_throughput(results: Sequence[GenerationResult], clients: int) -> float | None:
     """Closed loop: output tokens per second from the first arrival to the last, while every client had a
     request in flight (requests still running at the last arrival count pro rata by time). Total / elapsed

@@ -30,6 +30,13 @@ def test_run_writes_config_requests_and_summary(tmp_path: Path) -> None:
         assert len(r["output_ids"]) == 12 and r["finish_reason"] == "length"
         assert sum(r["tokens_per_model"].values()) == 12 and r["correct"] is None
         assert r["first_token_s"] >= r["arrival_s"] and r["finish_s"] >= r["first_token_s"]
+        # the routing trace: which model committed each token, and when each commit reached the client
+        assert sum(n for _, n in r["model_runs"]) == 12 and {m for m, _ in r["model_runs"]} <= {"small", "large"}
+        assert {m: sum(n for mm, n in r["model_runs"] if mm == m) for m in r["tokens_per_model"]} \
+            == r["tokens_per_model"]
+        times = [t for t, _ in r["commit_ms"]]
+        assert times == sorted(times) and times[0] == pytest.approx(r["ttft_s"] * 1e3, abs=0.01)
+        assert r["prompt_text"] and r["gold"] is None and r["extracted"] is None
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["num_requests"] == 6 and summary["output_tokens"] == 72
     assert summary["system"] == "lockstep" and summary["concurrency"] == 3
@@ -39,12 +46,35 @@ def test_run_writes_config_requests_and_summary(tmp_path: Path) -> None:
     assert 0 < summary["throughput_tok_s"] < 3 * 1000 / 6.0
     assert summary["predicted_throughput_tok_s"] > 0
     assert summary["stats"]["models"]["small"]["mean_batch_size"] > 1
+    # bench_serving's figures, under its names
+    assert (summary["completed"], summary["failed"], summary["total_output_tokens"]) == (6, 0, 72)
+    assert summary["output_throughput"] == pytest.approx(72 / summary["duration"])
+    assert summary["request_throughput"] == pytest.approx(6 / summary["duration"])
+    assert 0 < summary["median_itl_ms"] <= summary["p99_itl_ms"] and summary["mean_tpot_ms"] > 0
+    assert summary["mean_e2el_ms"] == pytest.approx(summary["mean_latency_s"] * 1e3)
+    assert "request_goodput" not in summary and summary["warmup_requests"] == 0
     prov = summary["provenance"]  # enough to trace and rerun the figure
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
     assert prov["git_commit"] == (head.stdout.strip() or None) and isinstance(prov["git_dirty"], bool | None)
     assert prov["packages"]["torch"] and prov["packages"]["tokenrouter"] and prov["devices"].keys() == {"cpu"}
     assert prov["command"] and all(isinstance(a, str) for a in prov["command"])  # this process's argv
     assert prov["date"].startswith("20") and prov["host"]
+
+
+def test_warm_up_and_goodput_slo(tmp_path: Path) -> None:
+    args = [*SIM, "warmup_requests=4", "slo.ttft_ms=1e9", "slo.e2el_ms=1e9", f"hydra.run.dir={tmp_path}"]
+    assert main(["bench", *args]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert len(read_rows(tmp_path)) == 6 and summary["completed"] == 6  # warm-up requests are not recorded
+    models = summary["stats"]["models"]
+    assert sum(m["tokens_committed"] for m in models.values()) == (6 + 4) * 12  # ... but they did run
+    assert summary["warmup_requests"] == 4 and summary["goodput_slos_ms"] == {"ttft": 1e9, "e2el": 1e9}
+    assert summary["request_goodput"] == pytest.approx(summary["request_throughput"])
+    assert summary["slo_attainment"] == 1.0
+    assert main(["bench", *SIM, "slo.tpot_ms=1e-9", f"hydra.run.dir={tmp_path / 'tight'}"]) == 0
+    assert json.loads((tmp_path / "tight" / "summary.json").read_text())["request_goodput"] == 0
+    for bad in ("slo.tpot_ms=-1", "+slo.itl_ms=5", "warmup_requests=-1"):
+        assert main(["bench", *SIM, bad, f"hydra.run.dir={tmp_path / 'bad'}"]) == 2, bad
 
 
 def test_sweep_resumes_without_rerunning(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
-from evals.metrics import apgr, cpt, steady_throughput, summarize, wilson_interval
+from evals.metrics import apgr, cpt, serving_metrics, steady_throughput, summarize, wilson_interval
 from tokenrouter.results import GenerationResult
 
 
@@ -97,3 +98,43 @@ def test_apgr_and_cpt() -> None:
     )  # interpolated: 0.6 reached on 0->0.1
     assert cpt(good, weak, strong, 0.75) == pytest.approx(0.1)
     assert math.isnan(apgr(good, 0.5, 0.5)) and math.isnan(cpt(good, 0.5, 0.5))
+
+
+def test_serving_metrics_use_bench_serving_names_and_per_token_itl() -> None:
+    # request 0: 1 token at 0.5 s (small), then an extend of 3 tokens at 1.1 s (large), then 1 at 1.2 s (small)
+    commits = [(0.5, 1, "small"), (1.1, 3, "large"), (1.2, 1, "small")]
+    results = [
+        result(0, 5, 0.0, 0.5, 1.2, commits=commits),
+        result(1, 2, 1.0, 1.5, 2.0, commits=[(1.5, 1, "small"), (2.0, 1, "small")]),
+        result(2, 0, 0.0, None, 1.0, finish_reason="error", error="boom"),
+    ]
+    m = serving_metrics(results, duration_s=2.0, slo_ms={"ttft": 500.0, "e2el": 1000.0})
+    assert (m["completed"], m["failed"], m["duration"]) == (2, 1, 2.0)
+    assert (m["total_input_tokens"], m["total_output_tokens"]) == (20, 7)
+    assert m["request_throughput"] == pytest.approx(1.0) and m["output_throughput"] == pytest.approx(3.5)
+    assert m["input_throughput"] == pytest.approx(10.0) and m["total_token_throughput"] == pytest.approx(13.5)
+    assert m["mean_ttft_ms"] == pytest.approx(500.0) and m["std_ttft_ms"] == pytest.approx(0.0)
+    # TPOT = (e2e - ttft) / (n - 1): (1.2 - 0.5) / 4 and (1.0 - 0.5) / 1
+    assert m["mean_tpot_ms"] == pytest.approx((175.0 + 500.0) / 2)
+    # ITL per token: the 3-token commit 0.6 s after the first counts as three gaps of 0.2 s
+    itls = sorted([200.0, 200.0, 200.0, 100.0, 500.0])
+    assert m["mean_itl_ms"] == pytest.approx(sum(itls) / 5) and m["median_itl_ms"] == pytest.approx(200.0)
+    assert m["p99_itl_ms"] == pytest.approx(float(np.percentile(itls, 99)))
+    assert m["p90_e2el_ms"] == pytest.approx(float(np.percentile([1200.0, 1000.0], 90)))
+    # goodput: request 0 meets TTFT 500 but not e2el 1000; request 1 meets both
+    assert m["request_goodput"] == pytest.approx(0.5) and m["slo_attainment"] == pytest.approx(1 / 3)
+    assert m["goodput_slos_ms"] == {"ttft": 500.0, "e2el": 1000.0}
+    assert "request_goodput" not in serving_metrics(results, 2.0)
+    with pytest.raises(ValueError, match="unknown metric"):
+        serving_metrics(results, 2.0, {"itl": 1.0})
+    json.dumps(serving_metrics([], 0.0), allow_nan=False)
+
+
+def test_routing_trace_is_clipped_to_the_output() -> None:
+    # a stop string cut the output after 4 tokens: the trace ends there too
+    r = result(0, 4, 10.0, 10.5, 11.2, commits=[(10.5, 2, "small"), (10.9, 1, "small"), (11.1, 3, "large")])
+    assert r.model_runs() == [["small", 3], ["large", 1]]
+    assert r.inter_token_latencies() == pytest.approx([0.4, 0.2])
+    row = r.to_json()
+    assert row["model_runs"] == [["small", 3], ["large", 1]] and "commits" not in row
+    assert row["commit_ms"] == [[500.0, 2], [900.0, 1], [1100.0, 1]]

@@ -70,6 +70,14 @@ def test_stop_string_cuts_the_text_and_ends_the_request(tiny: Server) -> None:
     assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == expected
     assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["usage"]["completion_tokens"] == n
+    # SGLang's native /generate: sampling_params.stop, whole and streamed (cumulative text)
+    native = {"text": "Once upon a time", "seed": 7,
+              "sampling_params": {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True, "stop": [stop]}}
+    whole = httpx.post(f"{tiny.url}/generate", json=native, timeout=60).json()
+    assert whole["text"] == expected and whole["output_ids"] == ref["token_ids"][:n]
+    assert whole["meta_info"]["finish_reason"] == {"type": "stop"}
+    streamed = _chunks(tiny.url, "/generate", {**native, "stream": True})
+    assert streamed[-1]["text"] == expected and streamed[-1]["meta_info"]["finish_reason"] == {"type": "stop"}
 
 
 def test_stop_string_in_chat_and_without_tokenizer(tiny: Server, sim: Server) -> None:
@@ -162,10 +170,11 @@ def test_sglang_bench_serving_oai_body(tiny: Server) -> None:
 
 
 def test_sglang_bench_serving_native_body(tiny: Server) -> None:
-    """async_request_sglang_generate (backend sglang): `/generate` streaming cumulative text, counting
-    tokens from meta_info.completion_tokens."""
+    """async_request_sglang_generate (backend sglang, as of sglang 0.5.23): `/generate` streaming cumulative
+    text, counting tokens from meta_info.completion_tokens."""
     body = {"text": PROMPT, "sampling_params": {"temperature": 0.0, "max_new_tokens": 14, "ignore_eos": True},
-            "stream": True, "lora_path": None, "return_logprob": False, "logprob_start_len": -1}
+            "stream": True, "lora_path": None, "return_logprob": False, "return_routed_experts": False,
+            "logprob_start_len": -1}
     chunks = _chunks(tiny.url, "/generate", body)
     counts = [c["meta_info"]["completion_tokens"] for c in chunks]
     assert counts == sorted(counts) and counts[-1] == 14

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.errors import UserError
 
 HELP = "tables and plots (Table 3, Pareto, threshold validation, ablation, ...) from run dirs"
 
@@ -20,15 +21,36 @@ def run(argv: list[str]) -> int:
         ),
     )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run or sweep directories")
-    parser.add_argument("--out", default="report", help="output directory (default: ./report)")
+    parser.add_argument("--out", default=None, help="output directory (default: ./report; with --format "
+                                                     "lm-eval: each run's own directory)")
+    parser.add_argument("--format", choices=("tables", "lm-eval"), default="tables",
+                        help="tables: the reports above; lm-eval: each graded run as lm-evaluation-harness "
+                             "results_<date>.json + samples_<task>_<date>.jsonl")
+    parser.add_argument("--task", default=None, help="lm-eval task name (default: tokenrouter_<workload>)")
     args = parser.parse_args(argv)
+    if args.format == "lm-eval":
+        return export_lm_eval(args.run_dirs, args.task, args.out)
 
     from evals.report import write_reports
     from evals.results import load_results
 
     df = load_results(args.run_dirs)
-    written = write_reports(df, Path(args.out))
+    written = write_reports(df, Path(args.out or "report"))
     print(f"{len(df)} runs from {len(args.run_dirs)} path(s); wrote {len(written)} files:")
     for path in written:
         print(f"  {path}")
+    return 0
+
+
+def export_lm_eval(paths: list[str], task: str | None, out: str | None) -> int:
+    from evals.lm_eval_export import export_run
+    from evals.results import find_run_dirs
+
+    runs = find_run_dirs(paths)
+    if not runs:
+        raise UserError(f"no completed run (summary.json) under {' '.join(paths)}")
+    for run_dir in runs:
+        target = Path(out) / run_dir.name if out and len(runs) > 1 else Path(out) if out else None
+        for path in export_run(run_dir, task, target):
+            print(path)
     return 0

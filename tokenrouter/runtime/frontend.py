@@ -104,6 +104,7 @@ class _Flight:
     early: dict[int, tuple[list[int], int]] = field(default_factory=dict)  # (ids, model) ahead of their turn
     per_model: list[int] = field(default_factory=list)
     first_token: float | None = None
+    commits: list[tuple[float, int, str]] = field(default_factory=list)  # GenerationResult.commits
     final: tuple[str, int, int] | None = None  # (reason, output length, hand-offs)
     extra: dict[str, Any] = field(default_factory=dict)  # the finishing step's logits / hidden, if asked
     events: asyncio.Queue | None = None
@@ -510,6 +511,7 @@ class TokenRouterFrontend:
                 flight.first_token = now
             for new, model in pieces:
                 flight.output += new
+                flight.commits.append((now, len(new), self.model_names[model]))
                 if flight.events is not None:
                     flight.events.put_nowait(StreamEvent(new, model=self.model_names[model]))
             if flight.final is not None:
@@ -541,7 +543,7 @@ class TokenRouterFrontend:
             index=req.index, prompt_ids=list(req.prompt_ids), output_ids=flight.output[:length],
             finish_reason=reason, tokens_per_model=dict(zip(self.model_names, flight.per_model, strict=True)),
             handoffs=hops, arrival_s=flight.arrival, first_token_s=flight.first_token, finish_s=now,
-            extra=flight.extra,
+            extra=flight.extra, commits=flight.commits,
         )
         if flight.events is not None:
             flight.events.put_nowait(StreamEvent([], result))

@@ -147,6 +147,7 @@ class GenerateSampling(_Strict):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: TopK = 0
     sampling_seed: Seed | None = None
+    stop: Stop | None = None  # cut from the text, as SGLang does without no_stop_trim
     stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
 
@@ -157,7 +158,8 @@ class GenerateRequest(_Strict):
     next-token logits / last hidden state, which is what a routing decision needs; `seed` is the
     routing/sampling seed of the request."""
 
-    noop_values = {"lora_path": (None, ""), "return_logprob": (False, None), "logprob_start_len": (-1, None)}
+    noop_values = {"lora_path": (None, ""), "return_logprob": (False, None), "logprob_start_len": (-1, None),
+                   "return_routed_experts": (False, None)}
 
     input_ids: list[TokenId] | None = None
     text: str | None = None

@@ -314,7 +314,7 @@ class HttpServer:
             req.seed = body.seed
         req.return_logits, req.return_hidden = body.return_logits, body.return_hidden_states
         rid = new_id("gen")
-        out = Output(req, self.text, start=start)
+        out = Output(req, self.text, self.stops(sp.stop), start=start)
         if body.stream:
             chain, events = await self.submit(request, req)
             return _sse_response(self.guarded(self.native_stream(out, chain, rid), out, events, request.url.path))
