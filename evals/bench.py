@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from evals.provenance import provenance
-from evals.systems import ServingSystem, build_system, plain
-from tokenrouter.config import ModelSpec, model_specs, seed_value
+from evals.systems import build_system
+from tokenrouter.config import ModelSpec, model_specs, plain, seed_value
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.system import ServingSystem
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def result_row(result: GenerationResult, prep: Prepared, position: dict[int, int
     answer, kind = prep.answers[i], prep.kinds[i]
     row["correct"] = None
     if answer is not None and kind != "none" and "text" in row and result.finish_reason != "error":
-        from evals.grading import is_correct
+        from tokenrouter.tasks.grading import is_correct
 
         row["correct"] = bool(is_correct(row["text"], answer, kind))
     elif answer is not None and kind != "none" and result.finish_reason == "error":
@@ -191,9 +192,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     workload_name, prep = prepare(cfg, specs[system.model_names[0]])
     clients = concurrency if arrival == "closed_loop" else len(prep.requests)
     arrivals = poisson_arrivals(len(prep.requests), rate, seed) if rate else None
-    calibrate = getattr(system, "calibrate", None)
-    if calibrate is not None:
-        calibrate(prep.requests, prep.texts)
+    system.calibrate(prep.requests, prep.texts)
 
     position = {r.index: i for i, r in enumerate(prep.requests)}
     rows: list[dict[str, Any]] = []
@@ -213,7 +212,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
                 raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
             results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
             stats = system.stats()
-            extra = getattr(system, "summary_extra", lambda: {})()
+            extra = system.summary_extra()
         finally:
             await system.close()
     if crash is not None:
@@ -248,7 +247,6 @@ def request_rate(cfg: Any) -> float:
 def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> dict[str, Any]:
     """What identifies the run in a results table (open-loop runs: concurrency = the number of requests,
     the most that can be in flight; their thresholds follow the live count)."""
-    thresholds_at = getattr(system, "thresholds", None)
     arrival = cfg.get("arrival", "closed_loop")
     return {
         "experiment": cfg.get("experiment_name"),
@@ -263,7 +261,7 @@ def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> di
         "seed": seed_value(cfg.get("seed", 0)),
         "delayed_batching": bool(cfg.runtime.get("delayed_batching", True)),
         "thresholds_spec": plain(cfg.runtime.get("thresholds")),
-        "thresholds": list(thresholds_at(clients)) if callable(thresholds_at) and arrival != "poisson" else None,
+        "thresholds": system.batching_thresholds(clients) if arrival != "poisson" else None,
     }
 
 
@@ -284,8 +282,8 @@ def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | Non
         from baselines.lockstep import bernoulli_throughput
 
         return bernoulli_throughput(float(algorithm.params.get("route_prob", 0.35)), *latencies, n)
-    thresholds_at = getattr(system, "thresholds", None)
-    if name != "tokenrouter" or not callable(thresholds_at):
+    thresholds = system.batching_thresholds(n) if name == "tokenrouter" else None
+    if thresholds is None:
         return None
     from tokenrouter.perfmodel import SystemSpec, preset_for_algorithm, throughput
 
@@ -296,7 +294,7 @@ def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | Non
     if len(route) != len(specs):
         return None
     spec = SystemSpec.build(route, commit, latencies, max_concurrency=n)
-    return throughput(spec, n, list(thresholds_at(n))).throughput_tok_s
+    return throughput(spec, n, thresholds).throughput_tok_s
 
 
 def _write_line(fh: IO[str], row: dict[str, Any]) -> None:

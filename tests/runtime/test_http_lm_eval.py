@@ -43,7 +43,7 @@ metric_list:
 @pytest.mark.slow
 def test_lm_eval_local_completions_and_chat_run_to_completion(tmp_path: Path) -> None:
     pytest.importorskip("lm_eval")
-    from evals.arith import ArithSpec, generate
+    from tokenrouter.tasks.arith import ArithSpec, generate
 
     data = tmp_path / "arith.jsonl"
     data.write_text("".join(json.dumps({"question": p.prompt, "answer": p.answer}) + "\n"
