@@ -43,4 +43,7 @@ def build_system(cfg: Any) -> ServingSystem:
         if exc.name and module.startswith(exc.name):
             raise UserError(f"system {name!r} is not available yet (no module {module})") from None
         raise
-    return factory(setup)
+    system = factory(setup)
+    if not isinstance(system, ServingSystem):  # a registry entry that forgot the contract: a bug, not bad input
+        raise TypeError(f"{SYSTEMS[name]} returned a {type(system).__name__}, not a tokenrouter.system.ServingSystem")
+    return system
