@@ -32,6 +32,7 @@ from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime.admission import KVBudget
+from tokenrouter.system import ServingSystem, SystemSetup
 
 
 @dataclass
@@ -68,7 +69,7 @@ class _ModelStats:
                 "handoffs_sent": self.handoffs_sent}
 
 
-class LockstepSystem:
+class LockstepSystem(ServingSystem):
     """Lock-step token-level routing over in-process engines (see the module docstring)."""
 
     def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig) -> None:
@@ -361,7 +362,7 @@ def bernoulli_throughput(p: float, small: LatencyProfile, large: LatencyProfile,
     return n * 1000.0 / wait_ms
 
 
-def from_setup(setup: Any) -> LockstepSystem:
+def from_setup(setup: SystemSetup) -> LockstepSystem:
     setup.unknown_fields(set())
     if len(setup.models) < 2:
         raise UserError("system=lockstep needs at least two models (use system=single for one)")

@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 
 from tokenrouter.children import die_with_parent
-from tokenrouter.cli.serve import READY_PREFIX
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
+from tokenrouter.runtime.http_ready import ready_url
 
 KINDS = ("tokenrouter", "sglang")
 STOP_GRACE_S = 15.0
@@ -106,8 +106,9 @@ async def _ready_url(stdout: asyncio.StreamReader) -> str:
         line = (await stdout.readline()).decode(errors="replace")
         if not line:
             raise EOFError
-        if line.startswith(READY_PREFIX):
-            return line[len(READY_PREFIX):].split()[0]
+        url = ready_url(line)
+        if url is not None:
+            return url
 
 
 async def _discard(stdout: asyncio.StreamReader) -> None:

@@ -58,6 +58,7 @@ from tokenrouter.algorithms.router_sources import resolve_router
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.system import ServingSystem, SystemSetup
 
 PINNED_COMMIT = "14994a0"  # last commit before 3f33652 added random 10% routing to slm_server.py
 RANDOM_ROUTING = re.compile(r"model_choices\s*=\s*torch\.bernoulli\(\s*torch\.full\(")
@@ -108,7 +109,7 @@ class RunInfo:
     random_routing: bool
 
 
-class OfficialR2R:
+class OfficialR2R(ServingSystem):
     """The thu-nics/R2R server as a ServingSystem (see the module docstring)."""
 
     def __init__(self, models: list[ModelSpec], repo: Path, workdir: Path, launch: Launch, info: RunInfo, *,
@@ -205,7 +206,7 @@ class OfficialR2R:
         return {"official_r2r": asdict(self.info)}
 
 
-def from_setup(setup: Any) -> OfficialR2R:
+def from_setup(setup: SystemSetup) -> OfficialR2R:
     setup.unknown_fields(KNOWN)
     opts = setup.system
     if len(setup.models) != 2:
@@ -254,7 +255,7 @@ def _random_routing(repo: Path, policy: str) -> bool:
     return found
 
 
-def _router(opts: dict[str, Any], setup: Any, official: dict[str, Any]) -> str:
+def _router(opts: dict[str, Any], setup: SystemSetup, official: dict[str, Any]) -> str:
     """The local checkpoint both systems use: system.router, else algorithm.router (r2r), else the official
     config's router_path; read weights-only here, since the official code unpickles it in full."""
     algo = setup.algorithm.params.get("router") if setup.algorithm.name == "r2r" else None
@@ -269,7 +270,7 @@ def _router(opts: dict[str, Any], setup: Any, official: dict[str, Any]) -> str:
     return str(path)
 
 
-def _threshold(opts: dict[str, Any], setup: Any) -> float:
+def _threshold(opts: dict[str, Any], setup: SystemSetup) -> float:
     """system.threshold, then algorithm.threshold (r2r sweeps), then the workload's dataset default."""
     algo = setup.algorithm.params.get("threshold") if setup.algorithm.name == "r2r" else None
     for value in (opts.get("threshold"), algo):

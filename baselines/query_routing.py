@@ -30,10 +30,12 @@ import random
 from pathlib import Path
 from typing import Any
 
+from baselines.routellm_metrics import apgr, cpt
 from baselines.single import single_model_system
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.system import ServingSystem, SystemSetup
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,6 @@ def load_correct(run_dir: str) -> dict[int, bool]:
 def routellm_metrics(win_rates: dict[int, float], weak: dict[int, bool], strong: dict[int, bool]) -> dict:
     """APGR and CPT(50%) of a router's scores, as RouteLLM evaluates them: sweep the threshold over every
     prompt, sending the k highest-scored to the strong model, with each model's per-prompt correctness."""
-    from evals.metrics import apgr, cpt
-
     missing = sorted(set(win_rates) - (set(weak) & set(strong)))
     if missing:
         raise UserError(f"query_routing: weak/strong runs lack prompts {missing[:5]} of this workload")
@@ -109,7 +109,7 @@ def routellm_metrics(win_rates: dict[int, float], weak: dict[int, bool], strong:
             "cpt50": cpt(points, weak_acc, strong_acc, 0.5)}
 
 
-class QueryRoutingSystem:
+class QueryRoutingSystem(ServingSystem):
     """Whole queries on the weak (entry) or strong (last) model, chosen by a RouteLLM router's win rate."""
 
     def __init__(self, weak: ModelSpec, strong: ModelSpec, runtime: RuntimeConfig, seed: int, *,
@@ -180,7 +180,7 @@ class QueryRoutingSystem:
         return {"routellm": routellm_metrics(self.win_rates, weak, strong)}
 
 
-def from_setup(setup: Any) -> QueryRoutingSystem:
+def from_setup(setup: SystemSetup) -> QueryRoutingSystem:
     known = {"router", "strong_share", "router_kwargs", "weak_run", "strong_run"}
     setup.unknown_fields(known)
     if len(setup.models) < 2:

@@ -7,14 +7,13 @@ the routed runs, so the comparison measures routing, not a different server.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.system import FRONTEND_SEED, ServingSystem, SystemSetup
 
 
-def single_model_system(spec: ModelSpec, runtime: RuntimeConfig) -> Any:
+def single_model_system(spec: ModelSpec, runtime: RuntimeConfig) -> ServingSystem:
     """A TokenRouter front end over one model whose requests never leave it."""
-    from evals.systems import FRONTEND_SEED
     from tokenrouter.runtime.frontend import TokenRouterFrontend
 
     # Thresholds configured for the routed model set do not apply to one model: batch whatever is ready.
@@ -22,6 +21,6 @@ def single_model_system(spec: ModelSpec, runtime: RuntimeConfig) -> Any:
     return TokenRouterFrontend([spec], AlgorithmSpec("stay"), runtime, seed=FRONTEND_SEED)
 
 
-def from_setup(setup: Any) -> Any:
+def from_setup(setup: SystemSetup) -> ServingSystem:
     setup.unknown_fields({"model"})
     return single_model_system(setup.model(setup.system.get("model")), setup.runtime)

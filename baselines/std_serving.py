@@ -37,6 +37,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir, remove_dir
+from tokenrouter.system import ServingSystem, SystemSetup
 
 # What each algorithm's route() reads from a step besides the sampled tokens (for `auto`); an algorithm not
 # listed gets both, which is always correct, only slower.
@@ -143,7 +144,7 @@ class _ModelInfo:
         return load_model(self.spec.source, self.spec.dtype, "cpu").get_input_embeddings()
 
 
-class StdServingSystem:
+class StdServingSystem(ServingSystem):
     """Std. Serving: single-model servers + an external per-token dispatcher (see the module docstring)."""
 
     def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig, seed: int = 0,
@@ -396,7 +397,7 @@ def _server_error(model: str, resp: httpx.Response) -> Exception:
     return UserError(text) if 400 <= resp.status_code < 500 else RuntimeError(text)
 
 
-def from_setup(setup: Any) -> StdServingSystem:
+def from_setup(setup: SystemSetup) -> StdServingSystem:
     known = {f for f in StdServingOptions.__dataclass_fields__}
     setup.unknown_fields(known)
     opts = StdServingOptions(**{k: v for k, v in setup.system.items() if k in known})

@@ -12,13 +12,13 @@ import json
 import torch
 from omegaconf import OmegaConf
 
-from evals.grading import is_correct
 from evals.workloads import encode_problem, load_workload
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.continuous import Job, run_batch
 from tokenrouter.engine.profiling import measure
 from tokenrouter.engine.torch_engine import TorchEngine
 from tokenrouter.models.pair import MEMBERS, committed_dir
+from tokenrouter.tasks.grading import is_correct
 
 CONF = committed_dir().parents[1] / "conf" / "workload" / "arith.yaml"
 

@@ -18,8 +18,9 @@ import json
 import sys
 from pathlib import Path
 
-from evals.report import STEADY, systems_comparison, to_markdown
+from evals.report import systems_comparison, to_markdown
 from evals.results import load_results
+from evals.runs_table import STEADY
 from tokenrouter.cli import main as tokenrouter
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from tokenrouter.cli.serve import READY_PREFIX
+from tokenrouter.runtime.http_ready import ready_url
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVE = ["models=tiny-random", "algorithm=bernoulli", "server.port=0",
@@ -43,8 +43,9 @@ def start(overrides: list[str]) -> tuple[subprocess.Popen, str]:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
-        if line.startswith(READY_PREFIX):
-            return proc, line[len(READY_PREFIX):].split()[0]
+        url = ready_url(line)
+        if url is not None:
+            return proc, url
         if not line and proc.poll() is not None:
             sys.exit(f"fuzz: the server exited with {proc.returncode} before it was ready")
     proc.kill()

@@ -1,3 +1,3 @@
-"""The evaluation harness: workloads, grading, metrics, result store and reports (plus the benchmark's serving
-systems). Modules are imported directly (`evals.workloads`, `evals.grading`, ...) so importing the package
-stays cheap."""
+"""The evaluation harness: workloads, metrics, the registry of serving systems and the benchmark runner, result
+store and reports. Modules are imported directly (`evals.workloads`, `evals.bench`, ...) so importing the
+package stays cheap."""

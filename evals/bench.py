@@ -33,12 +33,13 @@ from typing import IO, Any
 
 from evals.metrics import SLO_METRICS
 from evals.provenance import provenance
-from evals.systems import ServingSystem, build_system, plain
-from tokenrouter.config import ModelSpec, model_specs, seed_value
+from evals.systems import build_system
+from tokenrouter.config import ModelSpec, model_specs, plain, seed_value
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.system import ServingSystem
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ def result_row(result: GenerationResult, prep: Prepared, position: dict[int, int
     graded = answer is not None and kind != "none"
     row.update(gold=answer if graded else None, extracted=None, correct=None)
     if graded and "text" in row and result.finish_reason != "error":
-        from evals.grading import extract_answer, extract_choice, is_correct
+        from tokenrouter.tasks.grading import extract_answer, extract_choice, is_correct
 
         row["extracted"] = (extract_choice if kind == "choice" else extract_answer)(row["text"])
         row["correct"] = bool(is_correct(row["text"], answer, kind))
@@ -229,9 +230,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     workload_name, prep = prepare(cfg, specs[system.model_names[0]])
     clients = concurrency if arrival == "closed_loop" else len(prep.requests)
     arrivals = poisson_arrivals(len(prep.requests), rate, seed) if rate else None
-    calibrate = getattr(system, "calibrate", None)
-    if calibrate is not None:
-        calibrate(prep.requests, prep.texts)
+    system.calibrate(prep.requests, prep.texts)
 
     position = {r.index: i for i, r in enumerate(prep.requests)}
     rows: list[dict[str, Any]] = []
@@ -252,7 +251,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
             await warm_up(system, prep, warmup, clients, cfg.system.name)
             results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
             stats = system.stats()
-            extra = getattr(system, "summary_extra", lambda: {})()
+            extra = system.summary_extra()
         finally:
             await system.close()
     if crash is not None:
@@ -288,7 +287,6 @@ def request_rate(cfg: Any) -> float:
 def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> dict[str, Any]:
     """What identifies the run in a results table (open-loop runs: concurrency = the number of requests,
     the most that can be in flight; their thresholds follow the live count)."""
-    thresholds_at = getattr(system, "thresholds", None)
     arrival = cfg.get("arrival", "closed_loop")
     return {
         "experiment": cfg.get("experiment_name"),
@@ -303,7 +301,7 @@ def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> di
         "seed": seed_value(cfg.get("seed", 0)),
         "delayed_batching": bool(cfg.runtime.get("delayed_batching", True)),
         "thresholds_spec": plain(cfg.runtime.get("thresholds")),
-        "thresholds": list(thresholds_at(clients)) if callable(thresholds_at) and arrival != "poisson" else None,
+        "thresholds": system.batching_thresholds(clients) if arrival != "poisson" else None,
     }
 
 
@@ -324,8 +322,8 @@ def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | Non
         from baselines.lockstep import bernoulli_throughput
 
         return bernoulli_throughput(float(algorithm.params.get("route_prob", 0.35)), *latencies, n)
-    thresholds_at = getattr(system, "thresholds", None)
-    if name != "tokenrouter" or not callable(thresholds_at):
+    thresholds = system.batching_thresholds(n) if name == "tokenrouter" else None
+    if thresholds is None:
         return None
     from tokenrouter.perfmodel import SystemSpec, preset_for_algorithm, throughput
 
@@ -336,7 +334,7 @@ def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | Non
     if len(route) != len(specs):
         return None
     spec = SystemSpec.build(route, commit, latencies, max_concurrency=n)
-    return throughput(spec, n, list(thresholds_at(n))).throughput_tok_s
+    return throughput(spec, n, thresholds).throughput_tok_s
 
 
 def _write_line(fh: IO[str], row: dict[str, Any]) -> None:

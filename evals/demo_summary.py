@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from evals.report import PER_REQUEST, THROUGHPUT, series_label
+from evals.runs_table import PER_REQUEST, THROUGHPUT, series_label
 
 TOKEN_LEVEL = "tokenrouter"
 QUERY_LEVEL = "query_routing"

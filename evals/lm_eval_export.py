@@ -8,7 +8,7 @@ through lm-eval. Keys, file names, hashes and the metric's standard error follow
 run adds (throughput, large-token share, hand-offs) ride along under `tokenrouter`.
 
 Only graded workloads export (every row of requests.jsonl has `correct`): the metric is `exact_match`, the
-bench's own grading (answer extracted as in evals.grading, compared by equivalence), and `filtered_resps`
+bench's own grading (answer extracted as in tokenrouter.tasks.grading, compared by equivalence), and `filtered_resps`
 holds the extracted answer, as an lm-eval filter would.
 """
 

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from evals.report import PER_REQUEST, PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label  # noqa: E402
+from evals.runs_table import PER_REQUEST, PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 MEASURED = "measured_tok_s"

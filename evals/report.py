@@ -10,19 +10,15 @@ if there are any, else the untagged runs.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
+from baselines.routellm_metrics import apgr, cpt
 from evals import paper
-from evals.metrics import apgr, cpt
+from evals.runs_table import PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label
 
-THROUGHPUT = "throughput_tok_s"
-PER_REQUEST = "per_request_throughput_tok_s"
-STEADY = "steady_throughput_tok_s"  # closed loop without the drain tail: what the throughput model predicts
-PREDICTED = "predicted_throughput_tok_s"
 BASELINES = {"lockstep": "R2R lockstep", "official_r2r": "R2R official"}
 
 
@@ -46,43 +42,6 @@ def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
     for report in reports:
         written += report(df, out)
     return written
-
-
-def select(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
-    """The runs of `experiment` (also its parts: `pareto` takes pareto_amc23, pareto_amc23_single, ...) when
-    there are any, else the untagged runs (ad-hoc `bench` runs): runs of another experiment (e.g. a threshold
-    sweep at several N) never leak into this report."""
-    if "experiment" not in df:
-        return df
-    names = df["experiment"].astype("string")
-    tagged = (names == experiment) | names.str.startswith(experiment + "_")
-    tagged = tagged.fillna(False).astype(bool)
-    return df[tagged] if tagged.any() else df[df["experiment"].isna()]
-
-
-def has(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
-    """The rows where all `columns` exist and are not null."""
-    if any(c not in df for c in columns):
-        return df.iloc[0:0]
-    return df.dropna(subset=list(columns))
-
-
-def series_label(row: pd.Series) -> str:
-    """How a run is named in legends: the system, plus the algorithm or single model that sets it apart."""
-    system = str(row.get("system"))
-    if system == "single":
-        return f"{row.get('system_model')}-only"
-    if system == "query_routing":
-        return "query-level routing"
-    if system in ("tokenrouter", "lockstep", "std_serving") and pd.notna(row.get("algorithm")):
-        return f"{system} ({row.get('algorithm')})"
-    return system
-
-
-def pair_label(models: object) -> str:
-    """ "qwen3-0.6b-8b" -> "0.6B/8B" (the paper's naming); other model sets keep their name."""
-    match = re.search(r"(\d+(?:\.\d+)?)b-(\d+(?:\.\d+)?)b$", str(models))
-    return f"{match.group(1)}B/{match.group(2)}B" if match else str(models)
 
 
 def write_table(table: pd.DataFrame, out: Path, stem: str, caption: str) -> list[Path]:

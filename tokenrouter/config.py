@@ -117,7 +117,7 @@ class AlgorithmSpec:
         if "name" not in data:
             raise UserError("algorithm: missing `name`")
         name = data.pop("name")
-        return cls(name=str(name), params={k: _plain(v) for k, v in data.items()})
+        return cls(name=str(name), params={k: plain(v) for k, v in data.items()})
 
 
 @dataclass
@@ -155,10 +155,10 @@ class RuntimeConfig:
 
     @classmethod
     def from_dict(cls, data: Any) -> RuntimeConfig:
-        return _build(cls, {k: _plain(v) for k, v in (dict(data.items()) if data else {}).items()}, "runtime")
+        return _build(cls, {k: plain(v) for k, v in (dict(data.items()) if data else {}).items()}, "runtime")
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """OmegaConf containers to plain Python (msgpack- and dataclass-friendly)."""
     try:
         from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -172,7 +172,7 @@ def _plain(value: Any) -> Any:
 
 def model_specs(models_cfg: Any) -> list[ModelSpec]:
     """The `models` config group -> ordered specs (entry model first), names unique."""
-    members = _plain(models_cfg.get("members") if hasattr(models_cfg, "get") else None)
+    members = plain(models_cfg.get("members") if hasattr(models_cfg, "get") else None)
     if not members:
         raise UserError("models: config needs a non-empty `members` list (entry model first)")
     specs = [ModelSpec.from_dict(m) for m in members]

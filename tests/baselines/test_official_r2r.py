@@ -12,9 +12,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from baselines import official_r2r
-from evals.systems import SystemSetup
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest
+from tokenrouter.system import SystemSetup
 
 # launch_r2r_server.py stand-in: its flags, /health and /generate; records what it was started with
 FAKE_SERVER = '''

@@ -9,11 +9,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from evals.arith import ArithSpec, generate
 from tokenrouter.cli import main
 from tokenrouter.errors import UserError
 from tokenrouter.models import pair
 from tokenrouter.models.tokenizer import build_char_tokenizer
+from tokenrouter.tasks.arith import ArithSpec, generate
 
 
 def _make(out: Path, *extra: str) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tokenrouter.cli.serve import READY_PREFIX
+from tokenrouter.runtime.http_ready import ready_url
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ["models=sim-r2r", "models.members.0.sim.latency_ms=1.0", "models.members.1.sim.latency_ms=2.0",
@@ -83,8 +83,9 @@ def start_server(overrides: list[str], tmp: Path, timeout: float = 120.0) -> Ser
     assert proc.stdout is not None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
-        if line.startswith(READY_PREFIX):
-            return Server(proc, line[len(READY_PREFIX):].split()[0], tmp)
+        url = ready_url(line)
+        if url is not None:
+            return Server(proc, url, tmp)
         if not line and proc.poll() is not None:
             raise AssertionError(f"server exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
     proc.kill()

@@ -44,7 +44,7 @@ metric_list:
 """
 
 # the bench's grader, so both sides score a response the same way
-GRADE = """from evals.grading import is_correct
+GRADE = """from tokenrouter.tasks.grading import is_correct
 
 
 def process_results(doc, results):
@@ -53,8 +53,8 @@ def process_results(doc, results):
 
 
 def write_tasks(tmp: Path) -> Path:
-    from evals.arith import ArithSpec, generate, messages
     from tokenrouter.engine.loader import load_tokenizer
+    from tokenrouter.tasks.arith import ArithSpec, generate, messages
 
     tokenizer = load_tokenizer("tiny:small")
     rows = []

@@ -143,8 +143,8 @@ def models_stamp(specs: list[Any]) -> str:
 
 def ensure_router(models_name: str, stamp: str, algorithm: str, settings: Any, overrides: list[str]) -> Path:
     """The `algorithm` router for this pair (trained by `tokenrouter train-router` into the cache when missing)."""
+    from tokenrouter.cache import cache_dir
     from tokenrouter.cli import train_router
-    from tokenrouter.models import cache_dir
 
     knobs = {k: settings[k] for k in ("problems", "epochs", "width")}
     key = hashlib.sha256(json.dumps([stamp, knobs, overrides], sort_keys=True).encode()).hexdigest()[:12]

@@ -61,7 +61,6 @@ _SECONDS = {"header_timeout_s": False, "body_timeout_s": False, "keep_alive_time
 # uvicorn cancels handlers still running this long after the shutdown grace: the in-band ending of every
 # request (when the grace ends) normally finishes them well before.
 _SHUTDOWN_BACKSTOP_S = 5.0
-READY_PREFIX = "tokenrouter serve: ready on "
 
 
 def _parser() -> ArgumentParser:
@@ -190,6 +189,7 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
     """Start the front end, then uvicorn on the bound socket; close the front end however serving ends."""
     from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs, seed_value
     from tokenrouter.runtime.frontend import RuntimeFailure, TokenRouterFrontend
+    from tokenrouter.runtime.http_ready import ready_line
     from tokenrouter.runtime.http_server import ServerOptions, create_app
 
     models = model_specs(cfg.models)
@@ -210,8 +210,8 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
             await asyncio.sleep(0.01)
         if server.started:
             host, port = sock.getsockname()[:2]
-            print(f"{READY_PREFIX}http://{host}:{port} (model {name!r}: {names}, "
-                  f"algorithm {algorithm.name}; thresholds: {frontend.thresholds_source})", flush=True)
+            print(ready_line(f"http://{host}:{port}", f"model {name!r}: {names}, algorithm {algorithm.name}; "
+                                                      f"thresholds: {frontend.thresholds_source}"), flush=True)
         closed = asyncio.create_task(frontend.wait_closed())
         await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
         if not task.done():  # the runtime died under a running server: stop serving 503s, exit non-zero

@@ -46,9 +46,9 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from evals.workloads import encode_problem, load_workload
     from tokenrouter.algorithms.training import TrainSettings, train_router
+    from tokenrouter.cache import cache_dir
     from tokenrouter.config import model_specs
     from tokenrouter.engine.loader import load_tokenizer
-    from tokenrouter.models import cache_dir
 
     settings = TrainSettings(
         algorithm=args.algorithm, seed=args.seed, target_recall=args.target_recall, holdout=args.holdout,

@@ -28,10 +28,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from evals.arith import ArithProblem, ArithSpec, generate, messages
+from tokenrouter.cache import cache_dir
 from tokenrouter.errors import UserError
-from tokenrouter.models import cache_dir
 from tokenrouter.models.tokenizer import build_char_tokenizer
+from tokenrouter.tasks.arith import ArithProblem, ArithSpec, generate, messages
 
 MEMBERS = ("small", "large")
 FORMAT_VERSION = 1  # bump when the recipe changes so cached pairs are rebuilt
@@ -154,7 +154,7 @@ def held_out_accuracy(
 ) -> float:
     """Fraction of `problems` answered correctly by plain HF greedy generation (left-padded batches; RoPE
     attention is relative, so padding does not change the tokens)."""
-    from evals.grading import is_correct
+    from tokenrouter.tasks.grading import is_correct
 
     side, tokenizer.padding_side = tokenizer.padding_side, "left"
     correct = 0

@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from tokenrouter.cache import cache_dir
 from tokenrouter.errors import UserError
-from tokenrouter.models import cache_dir
 
 BUILD_VERSION = 1  # bump when the architecture or init changes, so stale caches are rebuilt
 SEED = 1234

@@ -17,8 +17,8 @@ import os
 import tempfile
 from collections.abc import Sequence
 
+from tokenrouter.cache import cache_dir
 from tokenrouter.engine.latency import LatencyProfile
-from tokenrouter.models import cache_dir
 from tokenrouter.perfmodel.optimize import optimize_table
 from tokenrouter.perfmodel.spec import SystemSpec
 

@@ -67,6 +67,7 @@ from tokenrouter.runtime.messages import (
     encode,
 )
 from tokenrouter.runtime.thresholds import ThresholdTable
+from tokenrouter.system import ServingSystem
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ class _Flight:
         self.per_model = [0] * self.num_models
 
 
-class TokenRouterFrontend:
+class TokenRouterFrontend(ServingSystem):
     """Client API over the subservers. Use `async with TokenRouterFrontend(...) as router:`."""
 
     def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig | None = None,
@@ -369,6 +370,9 @@ class TokenRouterFrontend:
     async def generate_many(self, reqs: list[GenerationRequest]) -> list[GenerationResult]:
         """All requests at once; results in request order. Raises the first failure."""
         return list(await asyncio.gather(*(self.generate(r) for r in reqs)))
+
+    def batching_thresholds(self, n: int) -> list[int]:
+        return list(self.thresholds(n))
 
     def stats(self) -> dict[str, Any]:
         """Per model: steps, mean batch size, tokens committed, hand-offs sent, measured routing counts and

@@ -363,8 +363,8 @@ def _startup_profile(cfg: SubserverConfig, spec: ModelSpec, engine: Engine, rt: 
     a model served alone has no thresholds to choose)."""
     if spec.latency_profile != AUTO_PROFILE or rt.thresholds != "auto" or not rt.delayed_batching or len(cfg.models) < 2:
         return None
+    from tokenrouter.cache import cache_dir
     from tokenrouter.engine.profiling import profile_at_startup
-    from tokenrouter.models import cache_dir
 
     return profile_at_startup(engine, cfg.models, cfg.index, rt.auto_max_concurrency, cache_dir() / "profiles")
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from evals.grading import extract_answer, extract_choice, is_correct
+from tokenrouter.tasks.grading import extract_answer, extract_choice, is_correct
 
 MATH_CASES = [
     # (response, gold, expected)

@@ -1,0 +1,52 @@
+"""The runs table (`evals.results.load_results`) as every report reads it: its column names, which runs belong
+to an experiment, and how a run or a model pair is labelled. Shared by the tables (`evals.report`) and the
+figures (`evals.plots`), so neither imports the other's helpers.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+THROUGHPUT = "throughput_tok_s"
+PER_REQUEST = "per_request_throughput_tok_s"
+STEADY = "steady_throughput_tok_s"  # closed loop without the drain tail: what the throughput model predicts
+PREDICTED = "predicted_throughput_tok_s"
+
+
+def select(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """The runs of `experiment` (also its parts: `pareto` takes pareto_amc23, pareto_amc23_single, ...) when
+    there are any, else the untagged runs (ad-hoc `bench` runs): runs of another experiment (e.g. a threshold
+    sweep at several N) never leak into this report."""
+    if "experiment" not in df:
+        return df
+    names = df["experiment"].astype("string")
+    tagged = (names == experiment) | names.str.startswith(experiment + "_")
+    tagged = tagged.fillna(False).astype(bool)
+    return df[tagged] if tagged.any() else df[df["experiment"].isna()]
+
+
+def has(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """The rows where all `columns` exist and are not null."""
+    if any(c not in df for c in columns):
+        return df.iloc[0:0]
+    return df.dropna(subset=list(columns))
+
+
+def series_label(row: pd.Series) -> str:
+    """How a run is named in legends: the system, plus the algorithm or single model that sets it apart."""
+    system = str(row.get("system"))
+    if system == "single":
+        return f"{row.get('system_model')}-only"
+    if system == "query_routing":
+        return "query-level routing"
+    if system in ("tokenrouter", "lockstep", "std_serving") and pd.notna(row.get("algorithm")):
+        return f"{system} ({row.get('algorithm')})"
+    return system
+
+
+def pair_label(models: object) -> str:
+    """ "qwen3-0.6b-8b" -> "0.6B/8B" (the paper's naming); other model sets keep their name."""
+    match = re.search(r"(\d+(?:\.\d+)?)b-(\d+(?:\.\d+)?)b$", str(models))
+    return f"{match.group(1)}B/{match.group(2)}B" if match else str(models)

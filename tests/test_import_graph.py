@@ -1,0 +1,202 @@
+"""The project's imports run one way and never in a circle, checked statically (every module parsed with
+`ast`, nothing imported, so optional packages and lazy imports inside functions count too).
+
+Layers, lowest first; a module may import its own layer and those below, never one above:
+  0 core       `tokenrouter` minus `tokenrouter.cli`: api, config, engines, runtime, algorithms, perfmodel,
+               models, the serving-system contract (`tokenrouter.system`) and the arith task
+  1 baselines  `baselines`: the systems TokenRouter is compared against, built on the core alone
+  2 evals      `evals`: workloads, metrics, the system registry and the runner, result store, reports
+  3 app        `tokenrouter.cli` and `tokenrouter.__main__`: the `tokenrouter` command, which drives the
+               harness (bench, report, demo) and so sits on top of it
+  4 scripts    `tests`, `benchmarks`: never imported by the layers above (not scanned themselves)
+The core is what a user of the runtime installs and reads; baselines must be comparable systems on the same
+core, not pieces of the harness; the harness drives both. A cycle between two modules (at any depth, lazy
+or not) means neither can be understood, tested or moved without the other.
+
+`python tests/test_import_graph.py [ROOT]` prints the offending edges of another checkout and exits 1.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("tokenrouter", "baselines", "evals")  # the roots scanned
+LAYERS = ("core", "baselines", "evals", "app", "scripts")
+
+
+@dataclass(frozen=True)
+class Edge:
+    """`source` imports `target` (both dotted module names) at `path:line`."""
+
+    source: str
+    target: str
+    path: str
+    line: int
+
+    def __str__(self) -> str:
+        return (f"{self.path}:{self.line}: {self.source} ({layer(self.source)}) imports "
+                f"{self.target} ({layer(self.target)})")
+
+
+def layer(module: str) -> str:
+    """The layer of a dotted module name of the project."""
+    top = module.split(".")[0]
+    if module == "tokenrouter.__main__" or module == "tokenrouter.cli" or module.startswith("tokenrouter.cli."):
+        return "app"
+    return {"tokenrouter": "core", "baselines": "baselines", "evals": "evals"}.get(top, "scripts")
+
+
+def is_project(module: str) -> bool:
+    return module.split(".")[0] in (*PACKAGES, "tests", "benchmarks")
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted name -> file of every module under the scanned packages of checkout `root`."""
+    out: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def resolve(name: str, known: dict[str, Path]) -> str:
+    """The deepest module of the project that the dotted `name` (a module or a name inside one) refers to."""
+    parts = name.split(".")
+    while len(parts) > 1 and ".".join(parts) not in known:
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(module: str, path: Path, known: dict[str, Path], root: Path) -> list[Edge]:
+    """Every project import in one file, with the module it lands in."""
+    is_package = path.name == "__init__.py"
+    rel = str(path.relative_to(root))
+    edges: dict[tuple[str, int], Edge] = {}  # one per target per statement
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if is_project(name):
+                target = resolve(name, known)
+                if target != module:
+                    edges.setdefault((target, node.lineno), Edge(module, target, rel, node.lineno))
+    return list(edges.values())
+
+
+def graph(root: Path) -> list[Edge]:
+    known = modules(root)
+    return [e for m, p in known.items() for e in imports(m, p, known, root)]
+
+
+def upward(edges: list[Edge]) -> list[Edge]:
+    return [e for e in edges if LAYERS.index(layer(e.target)) > LAYERS.index(layer(e.source))]
+
+
+def cycles(edges: list[Edge]) -> list[list[Edge]]:
+    """One cycle (as its edges) per strongly connected component of more than one module (Tarjan)."""
+    succ: dict[str, dict[str, Edge]] = {}
+    for e in edges:
+        succ.setdefault(e.source, {}).setdefault(e.target, e)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in succ.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(component)
+
+    for v in sorted(succ):
+        if v not in index:
+            visit(v)
+    return [_one_cycle(sorted(c)[0], c, succ) for c in components]
+
+
+def _one_cycle(start: str, component: set[str], succ: dict[str, dict[str, Edge]]) -> list[Edge]:
+    """A shortest cycle through `start` inside its component (breadth-first back to `start`)."""
+    came: dict[str, Edge] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for v in frontier:
+            for w, e in succ.get(v, {}).items():
+                if w not in component:
+                    continue
+                if w == start:
+                    path = [e]
+                    while path[0].source != start:
+                        path.insert(0, came[path[0].source])
+                    return path
+                if w not in came:
+                    came[w] = e
+                    nxt.append(w)
+        frontier = nxt
+    raise AssertionError(f"{start} is in a component but on no cycle")
+
+
+def problems(root: Path) -> list[str]:
+    """Every upward edge and one cycle per tangle of checkout `root`, one line each."""
+    edges = graph(root)
+    out = [f"upward: {e}" for e in upward(edges)]
+    out += ["cycle: " + " -> ".join([c[0].source, *(e.target for e in c)]) + "\n  "
+            + "\n  ".join(str(e) for e in c) for c in cycles(edges)]
+    return out
+
+
+def test_the_graph_is_seen() -> None:
+    """The scanner finds the imports it is meant to judge (a broken scanner would pass everything)."""
+    edges = graph(REPO)
+    assert any(e.source == "evals.bench" and e.target == "tokenrouter.system" for e in edges)
+    assert any(e.source == "tokenrouter.cli.bench" and layer(e.target) == "evals" for e in edges)
+
+
+def test_no_upward_imports_and_no_cycles() -> None:
+    found = problems(REPO)
+    assert not found, "import graph problems:\n" + "\n".join(found)
+
+
+def test_a_planted_upward_import_and_cycle_fail(tmp_path: Path) -> None:
+    for rel, text in {"tokenrouter/__init__.py": "", "tokenrouter/a.py": "from evals import b\n",
+                      "baselines/__init__.py": "", "evals/__init__.py": "",
+                      "evals/b.py": "def f():\n    from . import c\n", "evals/c.py": "import evals.b\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = problems(tmp_path)
+    assert found[0] == "upward: tokenrouter/a.py:1: tokenrouter.a (core) imports evals.b (evals)"
+    assert found[1].startswith("cycle: evals.b -> evals.c -> evals.b")
+
+
+if __name__ == "__main__":
+    found = problems(Path(sys.argv[1]) if len(sys.argv) > 1 else REPO)
+    print("\n".join(found) or "import graph: no upward edges, no cycles")
+    sys.exit(1 if found else 0)
