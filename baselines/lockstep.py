@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter import handoff
+from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
@@ -251,9 +252,10 @@ class LockstepSystem(ServingSystem):
     def _new_tokens(self, a: _Active, m: int) -> int:
         view = a.views[m]
         assert view is not None
-        if a.fed[m] >= view.seq_len:  # nothing new (the peer dropped its token): recompute the last position
-            a.fed[m] = view.seq_len - 1
-            self.engines[m].truncate(a.rid, a.fed[m])
+        start = handoff.step_start(a.fed[m], view.seq_len)
+        if start < a.fed[m]:
+            a.fed[m] = start
+            self.engines[m].truncate(a.rid, start)
         return view.seq_len - a.fed[m]
 
     def _step(self, m: int, rows: list[_Active]) -> None:
@@ -268,47 +270,34 @@ class LockstepSystem(ServingSystem):
         step = StepResult(m, views, list(out.next_tokens), out.logits, out.hidden)
         dests = algo.route(step)
         for a, view, token, dest in zip(rows, views, out.next_tokens, dests, strict=True):
-            if dest == m:
-                self._commit(a, m, token)
-                continue
             if not 0 <= dest < len(self.engines):
                 self._fail(a, f"algorithm {algo.name!r} routed to unknown model index {dest}")
                 continue
-            if algo.keeps_token(view, dest):
-                self._commit(a, m, token)
-                if a.finish_reason is not None:
-                    continue
-            self._hand_off(a, m, dest)
+            stop = a.req.stop_token_ids if a.req.stop_token_ids is not None else self.engines[0].eos_token_ids
+            settled = handoff.settle(algo, view, dest, int(token), stop)
+            if settled.committed:
+                self._committed(a, m)
+            if settled.finish:
+                self._finish(a, settled.finish)
+            elif settled.peer is not None:
+                self._hand_off(a, m, settled.peer)
 
-    def _commit(self, a: _Active, m: int, token: int) -> None:
-        view = a.views[m]
-        view.commit(token)
+    def _committed(self, a: _Active, m: int) -> None:
         a.committed[m] += 1
         self._stats[m].tokens_committed += 1
         now = time.perf_counter()
         a.commits.append((now, 1, self.model_names[m]))
         if a.first_token_s is None:
             a.first_token_s = now
-        stop = a.req.stop_token_ids if a.req.stop_token_ids is not None else self.engines[0].eos_token_ids
-        if token in stop:
-            self._finish(a, "stop")
-        elif view.position >= a.req.max_new_tokens:
-            self._finish(a, "length")
 
     def _hand_off(self, a: _Active, src: int, dest: int) -> None:
         view = a.views[src]
-        msg: PeerRequest = self.algorithms[src].send(view, dest)
-        view.peer_seen[dest] = view.seq_len
-        peer = a.views[dest]
-        if peer is None:
-            peer = RouterRequest(a.rid, list(msg.token_ids[: msg.prompt_len]), max_new_tokens=view.max_new_tokens,
-                                 sampling=view.sampling, seed=view.seed)
-            a.views[dest] = peer
-        self.algorithms[dest].receive(msg, peer)
-        peer.peer_seen[src] = peer.seq_len
-        if a.fed[dest] > msg.loc:  # the peer's KV holds tokens the message replaced: roll back to the anchor
-            a.fed[dest] = msg.loc
-            self.engines[dest].truncate(a.rid, msg.loc)
+        assert view is not None
+        peer, valid = handoff.deliver(self.algorithms[src], self.algorithms[dest], view, a.views[dest])
+        a.views[dest] = peer
+        if a.fed[dest] > valid:  # the peer's KV holds tokens the message replaced: roll back
+            a.fed[dest] = valid
+            self.engines[dest].truncate(a.rid, valid)
         a.at = dest
         a.handoffs += 1
         self._stats[src].handoffs_sent += 1

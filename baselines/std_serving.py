@@ -32,6 +32,7 @@ import httpx
 import torch
 
 from baselines.model_servers import KINDS, ModelServer, launch_sglang, launch_tokenrouter
+from tokenrouter import handoff
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
@@ -254,15 +255,15 @@ class StdServingSystem(ServingSystem):
             dest = algo.route(StepResult(at, [view], [step.token], step.logits, step.hidden))[0]
             if not 0 <= dest < len(self.specs):
                 raise UserError(f"algorithm {algo.name!r} returned destination {dest} for {len(self.specs)} models")
-            if dest == at or algo.keeps_token(view, dest):
-                view.commit(step.token)
+            settled = handoff.settle(algo, view, dest, step.token, stop)
+            if settled.committed:
                 per_model[at] += 1
                 self._committed[at] += 1
                 commits.append((time.perf_counter(), 1, self.model_names[at]))
                 first_token = first_token or commits[-1][0]
-                reason = "stop" if step.token in stop else "length" if view.position >= req.max_new_tokens else ""
-            if not reason and dest != at:
-                views[dest] = self._hand_off(algo, view, at, dest, views[dest])
+            reason = settled.finish
+            if settled.peer is not None:
+                views[dest], _ = handoff.deliver(algo, self.algorithms[dest], view, views[dest])  # no KV here
                 hops += 1
                 self._handoffs[at] += 1
                 at = dest
@@ -275,18 +276,6 @@ class StdServingSystem(ServingSystem):
             tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=hops,
             arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(), commits=commits,
         )
-
-    def _hand_off(self, algo: RoutingAlgorithm, view: RouterRequest, src: int, dest: int,
-                  peer: RouterRequest | None) -> RouterRequest:
-        """send() on the source side, receive() on the destination side, as between two subservers."""
-        msg = algo.send(view, dest)
-        view.peer_seen[dest] = msg.loc + len(msg.token_ids)
-        if peer is None:  # first contact: the peer learns the prompt from the message
-            peer = RouterRequest(view.rid, list(msg.token_ids[: msg.prompt_len]), [], view.max_new_tokens,
-                                 view.sampling, view.seed)
-        self.algorithms[dest].receive(msg, peer)
-        peer.peer_seen[src] = msg.loc + len(msg.token_ids)
-        return peer
 
     async def _one_token(self, model: int, view: RouterRequest) -> _Step:
         """POST the whole prefix to `model`'s server for one token (and what route() needs)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from tokenrouter.engine.base import Engine, SamplingParams, StepItem
 from tokenrouter.errors import CapacityError, UserError
+from tokenrouter.finish import finish_reason
 
 
 @dataclass
@@ -69,7 +70,7 @@ def run_batch(engine: Engine, jobs: list[Job], max_batch_size: int = 64) -> Iter
                 i = int(rid)
                 out = running[i]
                 out.append(token)
-                reason = "stop" if token in jobs[i].stop_ids else "length" if len(out) >= jobs[i].max_new_tokens else ""
+                reason = finish_reason(token, len(out), jobs[i].max_new_tokens, jobs[i].stop_ids)
                 if reason:
                     del running[i]
                     reserved -= reservation(jobs[i])

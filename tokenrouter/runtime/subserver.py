@@ -24,6 +24,7 @@ from typing import Any
 import msgpack
 import zmq
 
+from tokenrouter import handoff
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
@@ -187,19 +188,15 @@ class Subserver:
         if e is None:
             if pm.meta is None or msg.rid in self.aborted:
                 return  # a request this model never had, or one the client aborted
-            req = RouterRequest(msg.rid, msg.token_ids[: msg.prompt_len], [], pm.meta.max_new_tokens,
-                                pm.meta.sampling, pm.meta.seed)
+            req = handoff.first_contact(msg, pm.meta.max_new_tokens, pm.meta.sampling, pm.meta.seed)
             e = Entry(req, pm.meta, hops=pm.hops, stop_ids=frozenset(pm.meta.stop_ids))
-            self.algo.receive(msg, req)
-            req.peer_seen[pm.sender] = msg.loc + len(msg.token_ids)
+            handoff.receive(self.algo, msg, req, pm.sender)
             self.admit(e, now)  # on failure the sender is told to release it too
             return
-        self.algo.receive(msg, e.req)
-        valid = min(msg.loc, e.req.seq_len)
+        valid = handoff.receive(self.algo, msg, e.req, pm.sender)
         if self.engine.seq_len(msg.rid) > valid:
             self.engine.truncate(msg.rid, valid)
         e.hops = pm.hops
-        e.req.peer_seen[pm.sender] = msg.loc + len(msg.token_ids)
         self.sched.make_ready(e, now)
 
     # ---- stage 2: schedule and step ------------------------------------------------------------------------
@@ -207,13 +204,12 @@ class Subserver:
     def input_ids(self, e: Entry) -> list[int]:
         """tokens[kv_len:]: decode = 1 token, prefill = prompt, extend = the suffix missed while away."""
         req = e.req
-        n = req.seq_len
         kv = self.engine.seq_len(req.rid)
-        if kv >= n:  # nothing new (e.g. the last token was dropped and came back unchanged): redo it
-            kv = n - 1
-            self.engine.truncate(req.rid, kv)
+        start = handoff.step_start(kv, req.seq_len)
+        if start < kv:
+            self.engine.truncate(req.rid, start)
         plen = len(req.prompt_ids)
-        return req.output_ids[kv - plen:] if kv >= plen else req.tokens[kv:]
+        return req.output_ids[start - plen:] if start >= plen else req.tokens[start:]
 
     def run_batch(self, batch: list[Entry]) -> None:
         items = [StepItem(e.req.rid, self.input_ids(e), e.req.sampling, len(e.req.prompt_ids)) for e in batch]
@@ -240,15 +236,18 @@ class Subserver:
         now = time.perf_counter()
         for row, (e, tok, dest) in enumerate(zip(batch, out.next_tokens, dests, strict=True)):
             c.routes[dest] += 1
-            if (dest == self.index or self.algo.keeps_token(e.req, dest)) and self.commit(e, int(tok)):
+            settled = handoff.settle(self.algo, e.req, dest, int(tok), e.stop_ids)
+            if settled.committed:
+                self.stream(e)
+            if settled.finish:
                 if e.meta.outputs:
                     self._report.outputs.append((e.req.rid, _row(out.logits, row, e.meta.outputs & OUT_LOGITS),
                                                  _row(out.hidden, row, e.meta.outputs & OUT_HIDDEN)))
-                continue  # finished
-            if dest == self.index:
+                self.finish(e, settled.finish)
+            elif settled.peer is None:
                 self.sched.make_ready(e, now)
             else:
-                self.hand_off(e, dest)
+                self.hand_off(e, settled.peer)
 
     def isolate(self, batch: list[Entry], kv_before: list[int], error: str) -> None:
         """After a failed step: roll every member's KV back to where it was and step each one alone, so only
@@ -262,27 +261,24 @@ class Subserver:
         for e in batch:
             self.run_batch([e])
 
-    def commit(self, e: Entry, tok: int) -> bool:
-        """Commit one token and stream it; True if that finished the request (finish handled here)."""
-        req = e.req
-        self._report.chunks.append((req.rid, len(req.output_ids), [tok]))
-        req.commit(tok)
+    def stream(self, e: Entry) -> None:
+        """Send the token just committed to the front end (with its output index: chunks from different
+        models may arrive out of order)."""
+        out = e.req.output_ids
+        self._report.chunks.append((e.req.rid, len(out) - 1, out[-1:]))
         self.counters.committed += 1
-        reason = "stop" if tok in e.stop_ids else "length" if len(req.output_ids) >= req.max_new_tokens else ""
-        if reason:
-            self._report.finishes.append((req.rid, reason, len(req.output_ids), e.hops))
-            self.drop(req.rid)
-        return bool(reason)
+
+    def finish(self, e: Entry, reason: str) -> None:
+        self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.hops))
+        self.drop(e.req.rid)
 
     def hand_off(self, e: Entry, dest: int) -> None:
-        req = e.req
-        first = dest not in req.peer_seen
-        msg = self.algo.send(req, dest)
-        req.peer_seen[dest] = msg.loc + len(msg.token_ids)
+        out = handoff.hand_off(self.algo, e.req, dest)
         e.hops += 1
         self.counters.handoffs += 1
         self.sched.pend(e)
-        self._outbox.setdefault(dest, []).append(PeerMessage(msg, self.index, e.hops, e.meta if first else None))
+        self._outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.hops,
+                                                             e.meta if out.first else None))
 
     def drop(self, rid: str, unregistered: Entry | None = None) -> None:
         """Forget a request here and tell every peer that has seen it to do the same."""

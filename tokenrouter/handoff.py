@@ -1,0 +1,101 @@
+"""The hand-off protocol of token-level routing, written once.
+
+Why: TokenRouter's subservers, the lock-step baseline and Std. Serving's dispatcher must run the same
+algorithm, not three copies of its rules, or the comparison they exist for means nothing. Each system calls
+these functions around its own I/O: after a step, `settle()` commits or hands off; `hand_off()` builds the
+message to the peer; the peer calls `first_contact()` for a request it has never seen, then `receive()`,
+which says where its KV stops being valid; before stepping, `step_start()` says where the input begins.
+
+Pure: no engines, sockets or clocks. These functions only call the algorithm's `keeps_token()` / `send()` /
+`receive()` and keep the request's own view (`RouterRequest`: its output and what each peer has seen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass
+
+from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm
+from tokenrouter.engine.base import SamplingParams
+from tokenrouter.finish import finish_reason
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a step's sampled token did to one request (see `settle()`)."""
+
+    committed: bool  # the token was appended to the request's output (stream it, count it)
+    finish: str  # "" while running, else the finish reason ("stop" | "length")
+    peer: int | None  # hand the request off to this model; None: it stays (or it finished)
+
+
+def settle(algo: RoutingAlgorithm, req: RouterRequest, dest: int, token: int, stop_ids: Container[int]) -> Settled:
+    """After a step on `algo`'s model routed `req` to `dest`: commit the sampled token when the request stays
+    or the algorithm keeps it on a hand-off (else the peer regenerates that position), then apply the finish
+    rule. A request that finishes never hands off: its last token is already out."""
+    here = algo.model_index
+    committed = dest == here or algo.keeps_token(req, dest)
+    reason = ""
+    if committed:
+        req.commit(token)
+        reason = finish_reason(token, len(req.output_ids), req.max_new_tokens, stop_ids)
+    return Settled(committed, reason, None if reason or dest == here else dest)
+
+
+def seen_through(msg: PeerRequest, req: RouterRequest) -> int:
+    """How much of the sequence both sides of `msg` now share: up to the end of what it carried, but never past
+    `req`'s own length. The cap matters once an algorithm overrides `send()` / `receive()`: a message may carry
+    tokens beyond the sender's sequence (a draft) and the receiver may drop tokens it was sent, and a seen length
+    that claims more than is shared makes the next message skip tokens."""
+    return min(msg.loc + len(msg.token_ids), req.seq_len)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A hand-off message and whether the sender has never sent this request to that peer (the peer then
+    needs the request's settings, which the message itself does not carry)."""
+
+    msg: PeerRequest
+    first: bool
+
+
+def hand_off(algo: RoutingAlgorithm, req: RouterRequest, peer: int) -> Outgoing:
+    """The sender's side: `send()` builds the message (by default only the suffix the peer has not seen), and
+    the request records what the peer will have seen, so the next message to it is minimal again."""
+    first = peer not in req.peer_seen
+    msg = algo.send(req, peer)
+    req.peer_seen[peer] = seen_through(msg, req)
+    return Outgoing(msg, first)
+
+
+def first_contact(msg: PeerRequest, max_new_tokens: int, sampling: SamplingParams, seed: int) -> RouterRequest:
+    """The receiver's own view of a request it has never seen: the prompt is the message's first `prompt_len`
+    tokens (a peer that has seen nothing is sent the sequence from 0), the output comes with `receive()`."""
+    return RouterRequest(msg.rid, msg.token_ids[: msg.prompt_len], [], max_new_tokens, sampling, seed)
+
+
+def receive(algo: RoutingAlgorithm, msg: PeerRequest, req: RouterRequest, sender: int) -> int:
+    """The receiver's side: `receive()` merges the message, the request records what the sender has seen.
+    Returns the KV truncation point: KV beyond the anchor `loc` may hold tokens the message replaced, and KV
+    beyond the merged sequence holds tokens `receive()` dropped; truncate any longer KV to it."""
+    algo.receive(msg, req)
+    req.peer_seen[sender] = seen_through(msg, req)
+    return min(msg.loc, req.seq_len)
+
+
+def step_start(kv_len: int, seq_len: int) -> int:
+    """Where a request's next step input begins (tokens[start:], the KV truncated to `start` first if shorter):
+    where its KV ends, or one token back when the KV already holds the whole sequence (the dropped token came
+    back unchanged), since every step must sample a new position."""
+    return min(kv_len, seq_len - 1)
+
+
+def deliver(sender: RoutingAlgorithm, receiver: RoutingAlgorithm, req: RouterRequest,
+            peer_view: RouterRequest | None) -> tuple[RouterRequest, int]:
+    """A hand-off within one process (lock-step, Std. Serving's dispatcher): `hand_off()` on the sender's view,
+    then `first_contact()` if the receiver has no view yet and `receive()` on it, exactly as between two
+    subservers. Returns the receiver's view and its KV truncation point."""
+    out = hand_off(sender, req, receiver.model_index)
+    if peer_view is None:
+        peer_view = first_contact(out.msg, req.max_new_tokens, req.sampling, req.seed)
+    return peer_view, receive(receiver, out.msg, peer_view, sender.model_index)
