@@ -31,6 +31,7 @@ from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
+from tokenrouter.finish import banned_ids
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime.admission import KVBudget
 from tokenrouter.system import ServingSystem, SystemSetup
@@ -139,7 +140,7 @@ class LockstepSystem(ServingSystem):
         self._next_id += 1
         n = len(self.specs)
         view = RouterRequest(rid, list(req.prompt_ids), max_new_tokens=req.max_new_tokens,
-                             sampling=req.sampling, seed=req.seed)
+                             sampling=req.sampling, seed=req.seed, min_new_tokens=req.min_new_tokens)
         active = _Active(req, rid, asyncio.get_running_loop().create_future(), [view] + [None] * (n - 1),
                          [0] * n, committed=[0] * n, arrival_s=time.perf_counter())
         self._inbox.put(active)
@@ -261,7 +262,9 @@ class LockstepSystem(ServingSystem):
     def _step(self, m: int, rows: list[_Active]) -> None:
         engine, algo = self.engines[m], self.algorithms[m]
         views = [a.views[m] for a in rows]
-        items = [StepItem(a.rid, v.tokens[a.fed[m]:], v.sampling) for a, v in zip(rows, views, strict=True)]
+        items = [StepItem(a.rid, v.tokens[a.fed[m]:], v.sampling,
+                          banned_ids=banned_ids(v.position, v.min_new_tokens, self._stop_ids(a)))
+                 for a, v in zip(rows, views, strict=True)]
         out = engine.step(items)
         for a, v in zip(rows, views, strict=True):
             a.fed[m] = v.seq_len
@@ -273,14 +276,16 @@ class LockstepSystem(ServingSystem):
             if not 0 <= dest < len(self.engines):
                 self._fail(a, f"algorithm {algo.name!r} routed to unknown model index {dest}")
                 continue
-            stop = a.req.stop_token_ids if a.req.stop_token_ids is not None else self.engines[0].eos_token_ids
-            settled = handoff.settle(algo, view, dest, int(token), stop)
+            settled = handoff.settle(algo, view, dest, int(token), self._stop_ids(a))
             if settled.committed:
                 self._committed(a, m)
             if settled.finish:
                 self._finish(a, settled.finish)
             elif settled.peer is not None:
                 self._hand_off(a, m, settled.peer)
+
+    def _stop_ids(self, a: _Active) -> list[int] | tuple[int, ...]:
+        return a.req.stop_token_ids if a.req.stop_token_ids is not None else self.engines[0].eos_token_ids
 
     def _committed(self, a: _Active, m: int) -> None:
         a.committed[m] += 1

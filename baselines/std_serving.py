@@ -240,7 +240,8 @@ class StdServingSystem(ServingSystem):
         arrival = time.perf_counter()
         rid = f"std-{next(self._ids)}"
         views: list[RouterRequest | None] = [None] * len(self.specs)
-        views[0] = RouterRequest(rid, list(req.prompt_ids), [], req.max_new_tokens, req.sampling, req.seed)
+        views[0] = RouterRequest(rid, list(req.prompt_ids), [], req.max_new_tokens, req.sampling, req.seed,
+                                 min_new_tokens=req.min_new_tokens)
         stop = set(self.eos_ids if req.stop_token_ids is None else req.stop_token_ids)
         per_model = [0] * len(self.specs)
         at, hops, first_token, reason = 0, 0, None, ""
@@ -249,7 +250,7 @@ class StdServingSystem(ServingSystem):
             t0, src = time.perf_counter(), at
             view = views[at]
             assert view is not None
-            step = await self._one_token(at, view)
+            step = await self._one_token(at, view, stop)
             t1 = time.perf_counter()
             algo = self.algorithms[at]
             dest = algo.route(StepResult(at, [view], [step.token], step.logits, step.hidden))[0]
@@ -277,7 +278,7 @@ class StdServingSystem(ServingSystem):
             arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(), commits=commits,
         )
 
-    async def _one_token(self, model: int, view: RouterRequest) -> _Step:
+    async def _one_token(self, model: int, view: RouterRequest, stop: set[int]) -> _Step:
         """POST the whole prefix to `model`'s server for one token (and what route() needs)."""
         assert self._client is not None
         s = view.sampling
@@ -288,6 +289,8 @@ class StdServingSystem(ServingSystem):
         }
         if s.seed is not None:
             body["sampling_params"]["sampling_seed"] = s.seed
+        if view.position < view.min_new_tokens:  # min_tokens: this one token may not be a stop token
+            body["sampling_params"].update(min_new_tokens=1, stop_token_ids=sorted(stop))
         if self.want_logits:
             body["return_logits"] = True
         if self.want_hidden:

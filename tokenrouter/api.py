@@ -36,6 +36,7 @@ class RouterRequest:
     max_new_tokens: int = 256
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int = 0  # routing seed: decisions depend on (seed, position) only, never on batching or timing
+    min_new_tokens: int = 0  # no stop token is sampled before this many output tokens
     peer_seen: dict[int, int] = field(default_factory=dict)  # peer index -> sequence length it has seen
     state: dict[str, Any] = field(default_factory=dict)  # this model's algorithm scratch space
 

@@ -38,7 +38,7 @@ def settle(algo: RoutingAlgorithm, req: RouterRequest, dest: int, token: int, st
     reason = ""
     if committed:
         req.commit(token)
-        reason = finish_reason(token, len(req.output_ids), req.max_new_tokens, stop_ids)
+        reason = finish_reason(token, len(req.output_ids), req.max_new_tokens, stop_ids, req.min_new_tokens)
     return Settled(committed, reason, None if reason or dest == here else dest)
 
 
@@ -68,10 +68,12 @@ def hand_off(algo: RoutingAlgorithm, req: RouterRequest, peer: int) -> Outgoing:
     return Outgoing(msg, first)
 
 
-def first_contact(msg: PeerRequest, max_new_tokens: int, sampling: SamplingParams, seed: int) -> RouterRequest:
+def first_contact(msg: PeerRequest, max_new_tokens: int, sampling: SamplingParams, seed: int,
+                  min_new_tokens: int = 0) -> RouterRequest:
     """The receiver's own view of a request it has never seen: the prompt is the message's first `prompt_len`
     tokens (a peer that has seen nothing is sent the sequence from 0), the output comes with `receive()`."""
-    return RouterRequest(msg.rid, msg.token_ids[: msg.prompt_len], [], max_new_tokens, sampling, seed)
+    return RouterRequest(msg.rid, msg.token_ids[: msg.prompt_len], [], max_new_tokens, sampling, seed,
+                         min_new_tokens=min_new_tokens)
 
 
 def receive(algo: RoutingAlgorithm, msg: PeerRequest, req: RouterRequest, sender: int) -> int:
@@ -97,5 +99,5 @@ def deliver(sender: RoutingAlgorithm, receiver: RoutingAlgorithm, req: RouterReq
     subservers. Returns the receiver's view and its KV truncation point."""
     out = hand_off(sender, req, receiver.model_index)
     if peer_view is None:
-        peer_view = first_contact(out.msg, req.max_new_tokens, req.sampling, req.seed)
+        peer_view = first_contact(out.msg, req.max_new_tokens, req.sampling, req.seed, req.min_new_tokens)
     return peer_view, receive(receiver, out.msg, peer_view, sender.model_index)

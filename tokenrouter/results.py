@@ -19,6 +19,7 @@ class GenerationRequest:
     seed: int = 0
     index: int = 0  # position in the workload (stable across systems and runs)
     stop_token_ids: list[int] | None = None  # None: the entry model's EOS ids
+    min_new_tokens: int = 0  # no stop token is sampled before this many output tokens (min_tokens)
     # Return the last step's next-token logits / last hidden state in the result's `extra` ("logits",
     # "hidden": lists of floats), e.g. for an external dispatcher that routes itself (Std. Serving).
     return_logits: bool = False

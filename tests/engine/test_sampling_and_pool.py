@@ -87,3 +87,13 @@ def test_pool_pages_truncate_and_all_or_nothing() -> None:
         pool.truncate("b", 5)
     assert pool_tokens(layout, torch.device("cpu"), 100, kv_bytes=64 * 10) == 10
     assert pool_tokens(layout, torch.device("cpu"), 100, mem_fraction=0.5) == 100  # fraction: CUDA only
+
+
+def test_banned_ids_are_never_sampled_and_the_logits_stay_untouched() -> None:
+    logits = torch.stack([LOGITS, LOGITS])
+    seeded = SamplingParams(temperature=1.0, seed=3)
+    for pos in range(20):
+        assert sample(logits, [SamplingParams(), seeded], [pos, pos], [(0,), (0, 1)]) [0] == 1
+        assert sample(logits, [SamplingParams(), seeded], [pos, pos], [(0,), (0, 1)])[1] in (2, 3)
+    assert torch.equal(logits[0], LOGITS)  # routers see the model's own scores
+    assert sample(logits[:1], [SamplingParams()], [0], [(0, 1, 2, 3)]) == [0]  # never every token

@@ -71,3 +71,15 @@ def test_eos_at_output_tokens_and_capacity_bookkeeping() -> None:
         eng.step([StepItem("big", list(range(40))), StepItem("big2", list(range(30)))])
     with pytest.raises(UserError, match="output_tokens"):
         _engine(output_tokens=0)
+
+
+def test_banned_eos_is_deferred() -> None:
+    from tokenrouter.engine.base import StepItem
+    from tokenrouter.engine.latency import LatencyProfile
+    from tokenrouter.engine.sim import SimEngine
+
+    engine = SimEngine("m", LatencyProfile(), vocab_size=8, eos_token_id=2, output_tokens=1)
+    assert engine.step([StepItem("r", [5, 6], prompt_len=2)]).next_tokens == [2]  # EOS due at once
+    for banned in ((2,), (2, 3, 4, 5, 6)):
+        token = engine.step([StepItem(f"s{len(banned)}", [5, 6], prompt_len=2, banned_ids=banned)]).next_tokens[0]
+        assert token not in banned

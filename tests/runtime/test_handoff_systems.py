@@ -1,7 +1,8 @@
 """One protocol, three systems: a randomized algorithm that overrides send() and receive()
 (user_algorithms/resend.py: early anchors, drafts sent past the sequence and stripped on receipt) gives the
 same greedy outputs, per-model token counts and hand-offs on the TokenRouter runtime (real subserver
-processes), lock-step and Std. Serving (real single-model servers) over the tiny-random pair."""
+processes), lock-step and Std. Serving (real single-model servers) over the tiny-random pair; requests with
+min_new_tokens (stop ids masked in every model's sampler until then) end identically too."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ PROMPTS = [[5, 17, 33, 40], [2, 9, 40, 41, 7, 3, 88, 12, 13], [60, 61, 62], [44,
 
 def test_resend_gives_identical_outputs_on_all_three_systems() -> None:
     reqs = [GenerationRequest(p, max_new_tokens=20, seed=10 + i, index=i) for i, p in enumerate(PROMPTS)]
+    # half the vocabulary stops these two, but not before 8 tokens are out
+    stops = list(range(50))
+    reqs += [GenerationRequest(p, max_new_tokens=20, seed=20 + i, index=len(PROMPTS) + i, stop_token_ids=stops,
+                               min_new_tokens=8) for i, p in enumerate(PROMPTS[:2])]
     runtime = RuntimeConfig(thresholds=[1, 1])
 
     async def run() -> list[list[GenerationResult]]:
@@ -47,3 +52,6 @@ def test_resend_gives_identical_outputs_on_all_three_systems() -> None:
     assert views[2] == views[0], "Std. Serving differs from the TokenRouter runtime"
     assert sum(r.handoffs for r in results[0]) >= 10
     assert sum(r.tokens_per_model["large"] for r in results[0]) > 0
+    for r in results[0][len(PROMPTS):]:
+        assert all(t not in stops for t in r.output_ids[:8]) and len(r.output_ids) > 8
+        assert r.finish_reason == "length" or r.output_ids[-1] in stops

@@ -80,6 +80,36 @@ def test_stop_string_cuts_the_text_and_ends_the_request(tiny: Server) -> None:
     assert streamed[-1]["text"] == expected and streamed[-1]["meta_info"]["finish_reason"] == {"type": "stop"}
 
 
+def test_min_tokens_masks_stop_ids_and_defers_stop_strings(tiny: Server) -> None:
+    ref = _reference(tiny.url, "Once upon a time")
+    ids = ref["token_ids"]
+    stops = sorted(set(ids[:3]))  # stop ids that end the request within 3 tokens ...
+    body = {"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0, "seed": 7, "return_token_ids": True,
+            "stop_token_ids": stops}
+    early = httpx.post(f"{tiny.url}/v1/completions", json=body, timeout=60).json()["choices"][0]
+    assert len(early["token_ids"]) <= 3 and early["finish_reason"] == "stop"
+    for path, extra in (("/v1/completions", {"min_tokens": 10}),  # ... but not before 10 are out
+                        ("/generate", None)):
+        if extra is None:
+            native = {"text": "Once upon a time", "seed": 7, "sampling_params": {
+                "max_new_tokens": 24, "temperature": 0, "stop_token_ids": stops, "min_new_tokens": 10}}
+            out = httpx.post(f"{tiny.url}{path}", json=native, timeout=60).json()
+            got, reason = out["output_ids"], out["meta_info"]["finish_reason"]["type"]
+        else:
+            choice = httpx.post(f"{tiny.url}{path}", json={**body, **extra}, timeout=60).json()["choices"][0]
+            got, reason = choice["token_ids"], choice["finish_reason"]
+        assert not set(got[:10]) & set(stops) and len(got) > 10, path
+        assert (reason == "stop" and got[-1] in stops) or (reason == "length" and len(got) == 24), path
+    # a stop string is matched only once min_tokens are out: an earlier occurrence does not count
+    text = ref["text"]
+    stop = text[:2]
+    head = httpx.post(f"{tiny.url}/detokenize", json={"tokens": ids[:6]}).json()["prompt"]
+    later = text.find(stop, len(head))
+    cut = httpx.post(f"{tiny.url}/v1/completions", json={**body, "stop_token_ids": None, "ignore_eos": True,
+                                                         "stop": stop, "min_tokens": 6}, timeout=60).json()
+    assert cut["choices"][0]["text"] == (text[:later] if later >= 0 else text)
+
+
 def test_stop_string_in_chat_and_without_tokenizer(tiny: Server, sim: Server) -> None:
     messages = [{"role": "user", "content": "Tell me a story."}]
     body = {"messages": messages, "max_tokens": 20, "temperature": 0, "seed": 3, "ignore_eos": True}
@@ -99,7 +129,7 @@ def test_stop_string_in_chat_and_without_tokenizer(tiny: Server, sim: Server) ->
     ({"presence_penalty": 0.5}, "presence_penalty"),
     ({"frequency_penalty": -1}, "frequency_penalty"),
     ({"repetition_penalty": 1.1}, "repetition_penalty"),
-    ({"min_tokens": 1}, "min_tokens"),
+    ({"min_tokens": -1}, "min_tokens"),
 ])
 def test_unimplemented_values_get_400_naming_the_field(sim: Server, body: dict, param: str) -> None:
     resp = httpx.post(f"{sim.url}/v1/completions", json={"prompt": [1, 2], **body}, headers=AUTH)

@@ -35,3 +35,10 @@ def test_a_possible_stop_prefix_is_held_back_while_streaming() -> None:
     assert m.feed("N") == ""
     assert m.feed("x") == "ENx"
     assert m.feed("y") == "y" and not m.stopped
+
+
+def test_unarmed_text_is_released_and_cannot_start_a_match() -> None:
+    m = StopMatcher(("ab",))
+    assert m.feed("xa", armed=False) == "xa"  # before min_tokens: released whole, no hold-back
+    assert m.feed("b") == "b" and not m.stopped  # "ab" would straddle the floor: not a match
+    assert m.feed("zab") == "z" and m.stopped and m.text == "xabz"

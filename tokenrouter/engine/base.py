@@ -45,6 +45,7 @@ class StepItem:
     token_ids: list[int]
     sampling: SamplingParams = field(default_factory=SamplingParams)
     prompt_len: int = 0  # the request's prompt length (weightless engines place EOS by output position)
+    banned_ids: tuple[int, ...] = ()  # ids this step may not sample (stop ids before min_new_tokens)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -76,7 +76,7 @@ class PrefixCachingEngine(Engine):
         """The item as the inner engine sees it: a new request takes over the best cached prefix."""
         inner = self._alias.get(item.rid)
         if inner is not None:
-            return StepItem(inner, item.token_ids, item.sampling, item.prompt_len)
+            return replace(item, rid=inner)
         self.stats.lookups += 1
         best, best_len = self._longest_match(item.token_ids)
         reuse = min(best_len, len(item.token_ids) - 1)
@@ -93,7 +93,7 @@ class PrefixCachingEngine(Engine):
             self._held[inner] = []
             reuse = 0
         self._alias[item.rid] = inner
-        return StepItem(inner, item.token_ids[reuse:], item.sampling, item.prompt_len)
+        return replace(item, rid=inner, token_ids=item.token_ids[reuse:])
 
     def _longest_match(self, tokens: list[int]) -> tuple[str | None, int]:
         best, best_len = None, 0

@@ -47,9 +47,18 @@ def filtered_probs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     return probs / probs.sum()
 
 
-def sample(logits: torch.Tensor, params: list[SamplingParams], positions: list[int]) -> list[int]:
+def sample(logits: torch.Tensor, params: list[SamplingParams], positions: list[int],
+           banned: list[tuple[int, ...]] | None = None) -> list[int]:
     """One token per row of `logits` [B, vocab]. `positions[i]` is the index in the sequence of the token
-    being sampled (what makes a seeded draw reproducible)."""
+    being sampled (what makes a seeded draw reproducible); `banned[i]`: ids row i may not sample (masked on a
+    copy: routers still see the model's own logits)."""
+    rows = [i for i, ids in enumerate(banned or []) if ids]
+    if rows:
+        logits = logits.clone()
+        for i in rows:
+            ids = [t for t in banned[i] if 0 <= t < logits.shape[-1]]  # type: ignore[index]
+            if len(ids) < logits.shape[-1]:  # a row cannot ban every token
+                logits[i, ids] = float("-inf")
     tokens = logits.argmax(dim=-1).tolist()
     for i, p in enumerate(params):
         if p.greedy:

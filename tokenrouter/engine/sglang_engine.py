@@ -168,7 +168,7 @@ class SGLangEngine(Engine):
                 self.release(rid)
             raise
         next_pos = [b + n for b, n in zip(before, counts, strict=True)]
-        tokens = sample(logits, [it.sampling for it in items], next_pos)
+        tokens = sample(logits, [it.sampling for it in items], next_pos, [it.banned_ids for it in items])
         return StepOutput(rids=rids, next_tokens=tokens, logits=logits, hidden=hidden)
 
     def _check_fits(self, rids: list[str], before: list[int], counts: list[int]) -> None:

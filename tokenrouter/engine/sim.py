@@ -101,12 +101,18 @@ class SimEngine(Engine):
             h = _mix(h ^ (tok + 1))
             hashes.append(h)
         self._used += len(item.token_ids)
-        if self.output_tokens is not None and len(hashes) - item.prompt_len >= self.output_tokens - 1:
-            return self.eos_token_ids[0]
+        eos = self.eos_token_ids[0]
+        if self.output_tokens is not None and len(hashes) - item.prompt_len >= self.output_tokens - 1 \
+                and eos not in item.banned_ids:
+            return eos
         if not item.sampling.greedy:
             h = _mix(h ^ _mix(item.sampling.seed or 0))
         tok = h % (self.vocab_size - 1)  # never EOS by chance: EOS only at `output_tokens`
-        return tok + 1 if tok >= self.eos_token_ids[0] else tok
+        tok = tok + 1 if tok >= eos else tok
+        if tok in item.banned_ids:  # the next id up that is neither banned nor EOS
+            tok = next((c for c in (range(tok, tok + self.vocab_size)) if c % self.vocab_size != eos
+                        and c % self.vocab_size not in item.banned_ids), tok) % self.vocab_size
+        return tok
 
     def release(self, rid: str) -> None:
         self._used -= len(self._prefix_hash.pop(rid, ()))

@@ -97,7 +97,7 @@ class TorchEngine(Engine):
         # Clones outside inference mode are ordinary tensors: routers may use them in autograd-tracked code.
         hidden, logits = hidden.clone(), logits.clone()
         next_pos = [b + n for b, n in zip(lens_before, counts, strict=True)]
-        tokens = sample(logits, [it.sampling for it in items], next_pos)
+        tokens = sample(logits, [it.sampling for it in items], next_pos, [it.banned_ids for it in items])
         return StepOutput(rids=rids, next_tokens=tokens, logits=logits, hidden=hidden)
 
     @torch.inference_mode()

@@ -100,11 +100,11 @@ def recv_command(group: Any) -> list[Any]:
 
 def items_to_wire(items: list[StepItem]) -> list[Any]:
     return [[it.rid, it.token_ids, [it.sampling.temperature, it.sampling.top_p, it.sampling.top_k, it.sampling.seed],
-             it.prompt_len] for it in items]
+             it.prompt_len, list(it.banned_ids)] for it in items]
 
 
 def items_from_wire(wire: list[Any]) -> list[StepItem]:
-    return [StepItem(rid, list(ids), SamplingParams(*s), plen) for rid, ids, s, plen in wire]
+    return [StepItem(rid, list(ids), SamplingParams(*s), plen, tuple(banned)) for rid, ids, s, plen, banned in wire]
 
 
 def apply_command(engine: Engine, command: list[Any]) -> bool:

@@ -430,7 +430,8 @@ class TokenRouterFrontend(ServingSystem):
         sampling = req.sampling
         stop = self._eos if req.stop_token_ids is None else list(req.stop_token_ids)
         outputs = (OUT_LOGITS if req.return_logits else 0) | (OUT_HIDDEN if req.return_hidden else 0)
-        meta = RequestMeta(req.max_new_tokens, sampling, _routing_seed(req.seed, self.seed), stop, outputs)
+        meta = RequestMeta(req.max_new_tokens, sampling, _routing_seed(req.seed, self.seed), stop, outputs,
+                           req.min_new_tokens)
         try:
             frame = encode([Submit(rid, list(req.prompt_ids), meta)])
         except (OverflowError, TypeError, ValueError) as exc:

@@ -73,7 +73,8 @@ class Output:
         text = ""
         for step in steps:
             ids += step
-            text += matcher.feed(detok.add(step))
+            armed = len(self._ids) + len(ids) >= self.req.min_new_tokens
+            text += matcher.feed(detok.add(step), armed)
             if matcher.stopped:
                 break
         self._ids += ids

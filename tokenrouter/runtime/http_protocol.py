@@ -85,7 +85,6 @@ _OPENAI_NOOP_VALUES: dict[str, tuple[Any, ...]] = {
     "presence_penalty": (0, 0.0, None),
     "frequency_penalty": (0, 0.0, None),
     "repetition_penalty": (1, 1.0, None),
-    "min_tokens": (0, None),
     "logit_bias": (None,),
     "suffix": (None, ""),
     "tools": (None, []),
@@ -111,6 +110,7 @@ class OpenAISampling(_Strict):
     stop: Stop | None = None
     stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
+    min_tokens: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)  # no stop token (or stop string) before this many
     return_token_ids: bool = False  # add each choice's / chunk's token ids (needed without a tokenizer)
     user: str | None = None  # metadata only, as in OpenAI
 
@@ -150,6 +150,7 @@ class GenerateSampling(_Strict):
     stop: Stop | None = None  # cut from the text, as SGLang does without no_stop_trim
     stop_token_ids: list[TokenId] | None = None
     ignore_eos: bool = False
+    min_new_tokens: int = Field(0, ge=0, le=MAX_TOKENS_LIMIT)
 
 
 class GenerateRequest(_Strict):

@@ -170,7 +170,7 @@ class HttpServer:
                            "model_not_found", param="model")
 
     def request(self, ids: list[int], max_tokens: int, temperature: float, top_p: float, top_k: int,
-                seed: int | None, stop_token_ids: list[int] | None) -> GenerationRequest:
+                seed: int | None, stop_token_ids: list[int] | None, min_tokens: int = 0) -> GenerationRequest:
         """A GenerationRequest. Without a client seed the routing seed is random (sampling then unseeded)."""
         index, self._next_index = self._next_index, self._next_index + 1
         return GenerationRequest(
@@ -180,6 +180,7 @@ class HttpServer:
             seed=seed if seed is not None else self._rng.getrandbits(31),
             index=index,
             stop_token_ids=stop_token_ids,
+            min_new_tokens=min_tokens,
         )
 
     # ---- generation ---------------------------------------------------------------------------------------
@@ -233,7 +234,8 @@ class HttpServer:
         self.check_model(body.model)
         stops = self.stops(body.stop)
         stop_ids = [] if body.stop_token_ids is None and body.ignore_eos else body.stop_token_ids
-        req = self.request(ids, max_tokens, body.temperature, body.top_p, body.top_k, body.seed, stop_ids)
+        req = self.request(ids, max_tokens, body.temperature, body.top_p, body.top_k, body.seed, stop_ids,
+                           body.min_tokens)
         rid = new_id("chatcmpl" if chat else "cmpl")
         endpoint = request.url.path
         out = Output(req, self.text, stops, start=start)
@@ -309,7 +311,8 @@ class HttpServer:
         sp = body.sampling_params
         stop_ids = [] if sp.stop_token_ids is None and sp.ignore_eos else sp.stop_token_ids
         req = self.request(ids, sp.max_new_tokens, sp.temperature, sp.top_p, sp.top_k,
-                           sp.sampling_seed if sp.sampling_seed is not None else body.seed, stop_ids)
+                           sp.sampling_seed if sp.sampling_seed is not None else body.seed, stop_ids,
+                           sp.min_new_tokens)
         if body.seed is not None:
             req.seed = body.seed
         req.return_logits, req.return_hidden = body.return_logits, body.return_hidden_states

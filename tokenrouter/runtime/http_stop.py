@@ -22,17 +22,24 @@ class StopMatcher:
     stops: tuple[str, ...]
     text: str = ""  # everything fed so far (cut at the match once stopped)
     released: int = 0  # characters of `text` handed out
+    floor: int = 0  # a match must begin here or later (text fed unarmed, before min_tokens, is out of play)
     stopped: bool = False
     _longest: int = field(init=False)
 
     def __post_init__(self) -> None:
         self._longest = max((len(s) for s in self.stops), default=0)
 
-    def feed(self, delta: str) -> str:
-        """The text that may be released after `delta`: up to a match, or up to a possible stop prefix."""
+    def feed(self, delta: str, armed: bool = True) -> str:
+        """The text that may be released after `delta`: up to a match, or up to a possible stop prefix.
+        Unarmed (the output is still shorter than min_tokens, as vLLM counts it), `delta` is released whole and
+        no stop string may begin inside it."""
         if self.stopped or not delta:
             return ""
-        start = max(0, len(self.text) - self._longest + 1)
+        if not armed:
+            self.text += delta
+            self.floor = len(self.text)
+            return self._release(len(self.text))
+        start = max(self.floor, len(self.text) - self._longest + 1)
         self.text += delta
         hits = [i for i in (self.text.find(s, start) for s in self.stops) if i >= 0]
         if hits:
@@ -47,7 +54,7 @@ class StopMatcher:
 
     def _held(self) -> int:
         """Length of the longest tail of the text that is a proper prefix of some stop string."""
-        for n in range(min(self._longest - 1, len(self.text)), 0, -1):
+        for n in range(min(self._longest - 1, len(self.text) - self.floor), 0, -1):
             tail = self.text[-n:]
             if any(s.startswith(tail) for s in self.stops):
                 return n

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from tokenrouter.api import PeerRequest
+from tokenrouter.api import PeerRequest, RouterRequest
 from tokenrouter.engine.base import SamplingParams
 
 # What the wire carries: seeds as 64-bit signed integers (OpenAI's seed range), token ids and counts as int32.
@@ -30,16 +30,22 @@ class RequestMeta:
     seed: int
     stop_ids: list[int]
     outputs: int = 0  # what the finishing step returns besides tokens: OUT_LOGITS | OUT_HIDDEN
+    min_new_tokens: int = 0
 
     def to_wire(self) -> list[Any]:
         s = self.sampling
         return [self.max_new_tokens, [s.temperature, s.top_p, s.top_k, s.seed], self.seed, self.stop_ids,
-                self.outputs]
+                self.outputs, self.min_new_tokens]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> RequestMeta:
         t, p, k, sd = w[1]
-        return cls(w[0], SamplingParams(t, p, k, sd), w[2], list(w[3]), w[4] if len(w) > 4 else 0)
+        return cls(w[0], SamplingParams(t, p, k, sd), w[2], list(w[3]), w[4], w[5])
+
+    def view(self, rid: str, prompt_ids: list[int]) -> RouterRequest:
+        """A model's own view of a new request with these settings."""
+        return RouterRequest(rid, prompt_ids, [], self.max_new_tokens, self.sampling, self.seed,
+                             min_new_tokens=self.min_new_tokens)
 
 
 OUT_LOGITS = 1

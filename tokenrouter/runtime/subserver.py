@@ -25,11 +25,12 @@ import msgpack
 import zmq
 
 from tokenrouter import handoff
-from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.api import PeerRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, EngineFailure, StepItem
 from tokenrouter.errors import UserError
+from tokenrouter.finish import banned_ids
 from tokenrouter.runtime.ipc import CurveKeys, bind_inbox, connect_outbox, start_authenticator
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
@@ -155,8 +156,7 @@ class Subserver:
         if isinstance(msg, PeerMessage):
             self.on_peer(msg, now)
         elif isinstance(msg, Submit):
-            req = RouterRequest(msg.rid, msg.prompt_ids, [], msg.meta.max_new_tokens, msg.meta.sampling,
-                                msg.meta.seed)
+            req = msg.meta.view(msg.rid, msg.prompt_ids)
             self.admit(Entry(req, msg.meta, stop_ids=frozenset(msg.meta.stop_ids)), now)
         elif isinstance(msg, Active):
             self.sched.threshold = max(1, msg.thresholds[self.index])
@@ -188,7 +188,8 @@ class Subserver:
         if e is None:
             if pm.meta is None or msg.rid in self.aborted:
                 return  # a request this model never had, or one the client aborted
-            req = handoff.first_contact(msg, pm.meta.max_new_tokens, pm.meta.sampling, pm.meta.seed)
+            req = handoff.first_contact(msg, pm.meta.max_new_tokens, pm.meta.sampling, pm.meta.seed,
+                                        pm.meta.min_new_tokens)
             e = Entry(req, pm.meta, hops=pm.hops, stop_ids=frozenset(pm.meta.stop_ids))
             handoff.receive(self.algo, msg, req, pm.sender)
             self.admit(e, now)  # on failure the sender is told to release it too
@@ -212,7 +213,8 @@ class Subserver:
         return req.output_ids[start - plen:] if start >= plen else req.tokens[start:]
 
     def run_batch(self, batch: list[Entry]) -> None:
-        items = [StepItem(e.req.rid, self.input_ids(e), e.req.sampling, len(e.req.prompt_ids)) for e in batch]
+        items = [StepItem(e.req.rid, self.input_ids(e), e.req.sampling, len(e.req.prompt_ids),
+                          banned_ids(e.req.position, e.req.min_new_tokens, e.stop_ids)) for e in batch]
         kv_before = [self.engine.seq_len(e.req.rid) for e in batch]
         t0 = time.perf_counter()
         self.counters.wait_s += sum(t0 - e.since for e in batch)
