@@ -15,6 +15,7 @@ from tokenrouter.cli.args import ArgumentParser, float_list, int_list
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.perfmodel.chain import throughput
+from tokenrouter.perfmodel.compare import compare
 from tokenrouter.perfmodel.optimize import OptimizeResult, optimize, optimize_table
 from tokenrouter.perfmodel.plot import check_plot_path, plot_sweeps, threshold_sweep
 from tokenrouter.perfmodel.presets import PRESETS, preset
@@ -25,7 +26,9 @@ HELP = "throughput model: predict, optimize thresholds B*(N), simulate (throughp
 
 EXAMPLE = (
     "example: tokenrouter model throughput --preset r2r --route-prob 0.35 --latency-ms 6.0,27.9 "
-    "--quantum-ms 0.1 --concurrency 4 --thresholds 1,3 --json"
+    "--quantum-ms 0.1 --concurrency 4 --thresholds 1,3 --json; "
+    "tokenrouter model optimize --policy optimal --preset r2r --route-prob 0.35 --latency-ms 6.0,27.9 "
+    "--max-concurrency 8"
 )
 
 
@@ -79,6 +82,9 @@ def build_parser() -> ArgumentParser:
     group.add_argument("--max-concurrency", type=int, help="print the B*(N) table for N = 1..this")
     op.add_argument("--fix", type=_fix, action="append", default=[], metavar="I=B", help="hold model I at B")
     op.add_argument("--plot", metavar="FILE.png", help="plot throughput against the last model's threshold")
+    op.add_argument("--policy", choices=("thresholds", "optimal"), default="thresholds",
+                    help="optimal: also solve the optimal launch policy and the best rule on a subserver's own "
+                         "queue, and print them against the best thresholds")
     _system_args(op)
     sm = sub.add_parser("simulate", help="event simulation with a 95%% confidence interval")
     sm.add_argument("--concurrency", type=int, required=True, help="N concurrent requests")
@@ -192,7 +198,26 @@ def _table_text(table: dict[int, OptimizeResult]) -> str:
     return "\n".join(lines)
 
 
+def _run_policy(args: argparse.Namespace) -> int:
+    """`optimize --policy optimal`: best thresholds vs best local rule vs the full-state optimum, per N."""
+    if args.fix or args.plot:
+        raise UserError("--policy optimal takes neither --fix nor --plot")
+    ns = [args.concurrency] if args.concurrency is not None else list(range(1, args.max_concurrency + 1))
+    spec = system_from_args(args, max(ns))
+    rows = [compare(spec, n) for n in ns]
+    lines = [f"quantum {spec.quantum_ms:g} ms; optimal: knows every queue and running batch; local: the best "
+             "rule on a subserver's own queue and N (what runtime.policy=optimal runs)",
+             "| N | best B | thresholds tok/s | local tok/s | optimal tok/s | optimal gap | local gap |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.n} | {list(r.thresholds)} | {r.thresholds_tok_s:.2f} | {r.local_tok_s:.2f} | "
+              f"{r.optimal_tok_s:.2f} | {100 * r.gap:+.2f}% | {100 * r.local_gap:+.2f}% |" for r in rows]
+    _emit(args, {"table": [r.to_dict() for r in rows]}, "\n".join(lines))
+    return 0
+
+
 def _run_optimize(args: argparse.Namespace) -> int:
+    if args.policy == "optimal":
+        return _run_policy(args)
     fixed = dict(args.fix)
     if args.max_concurrency is not None:
         spec = system_from_args(args, args.max_concurrency)

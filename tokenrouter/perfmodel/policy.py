@@ -207,3 +207,4 @@ def solve(spec: SystemSpec, n: int, start: Sequence[int] | None = None,
         choice = np.where(better, order[first], choice)
     raise UserError(f"policy iteration did not converge in {MAX_ITERATIONS} iterations")
 
+
