@@ -129,20 +129,29 @@ def build_rule_chain(spec: SystemSpec, n: int, go: np.ndarray) -> Chain:
     _launch(start, rule, quanta, m)
     frontier, frontier_ids = start, index.add(start)[0]
     levels = [start]
-    src_parts, dst_parts, prob_parts = [], [], []
+    edges = Edges()
     while len(frontier):
         succ, rows, prob = _expand(frontier, outcomes, rule, quanta, m)
         succ_ids, new_rows = index.add(succ)
-        src_parts.append(frontier_ids[rows])
-        dst_parts.append(succ_ids)
-        prob_parts.append(prob)
+        edges.add(frontier_ids[rows], succ_ids, prob)
         frontier, frontier_ids = succ[new_rows], succ_ids[new_rows]
         levels.append(frontier)
-
-    size = len(index)
-    src, dst = np.concatenate(src_parts), np.concatenate(dst_parts)
-    mat = sp.csr_matrix((np.concatenate(prob_parts), (src, dst)), shape=(size, size))
+    mat = edges.matrix((len(index), len(index)))
     return Chain(states=np.concatenate(levels), transitions=mat, start=0, num_models=m)
+
+
+class Edges:
+    """Transition probabilities collected one breadth-first level at a time, then one sparse matrix."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, prob: np.ndarray) -> None:
+        self.parts.append((src, dst, prob))
+
+    def matrix(self, shape: tuple[int, int]) -> sp.csr_matrix:
+        src, dst, prob = (np.concatenate(x) for x in zip(*self.parts, strict=True))
+        return sp.csr_matrix((prob, (src, dst)), shape=shape)
 
 
 class StateIndex:

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from tokenrouter.errors import UserError
-from tokenrouter.perfmodel.chain import OutcomeTable, StateIndex, route_events
+from tokenrouter.perfmodel.chain import Edges, OutcomeTable, StateIndex, route_events
 from tokenrouter.perfmodel.spec import SystemSpec, check_thresholds
 
 MAX_ITERATIONS = 100
@@ -94,7 +94,7 @@ def build_problem(spec: SystemSpec, n: int) -> DecisionProblem:
     pre_parts, post_parts = [start], []
     frontier, frontier_ids = start, pre_index.add(start)[0]
     acts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    src_parts, dst_parts, prob_parts = [], [], []
+    edges = Edges()
     while len(frontier):
         posts, rows, launch = _actions(frontier, quanta, m)
         post_ids, new_post = post_index.add(posts)
@@ -103,9 +103,7 @@ def build_problem(spec: SystemSpec, n: int) -> DecisionProblem:
         post_parts.append(fresh)
         succ, srows, prob = route_events(fresh, outcomes, m)
         succ_ids, new_pre = pre_index.add(succ)
-        src_parts.append(fresh_ids[srows])
-        dst_parts.append(succ_ids)
-        prob_parts.append(prob)
+        edges.add(fresh_ids[srows], succ_ids, prob)
         frontier, frontier_ids = succ[new_pre], succ_ids[new_pre]
         pre_parts.append(frontier)
     act_pre, act_post, act_launch = (np.concatenate(part) for part in zip(*acts, strict=True))
@@ -114,16 +112,13 @@ def build_problem(spec: SystemSpec, n: int) -> DecisionProblem:
     running, remaining = post[:, m : 2 * m] > 0, post[:, 2 * m :]
     tau = np.where(running, remaining, np.iinfo(np.int64).max).min(axis=1)
     finishing = running & (remaining == tau[:, None])
-    shape = (len(post_index), len(pre_index))
     return DecisionProblem(
         pre=np.concatenate(pre_parts),
         post=post,
         act_pre=act_pre[order],
         act_post=act_post[order],
         act_launch=act_launch[order],
-        transitions=sp.csr_matrix(
-            (np.concatenate(prob_parts), (np.concatenate(src_parts), np.concatenate(dst_parts))), shape=shape
-        ),
+        transitions=edges.matrix((len(post_index), len(pre_index))),
         reward=(finishing * post[:, m : 2 * m]) @ spec.reward_per_step(),
         tau=tau.astype(float),
         start=0,
