@@ -20,7 +20,7 @@ ensembles with positive rates), which it checks.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -203,3 +203,23 @@ def solve(spec: SystemSpec, n: int, start: Sequence[int] | None = None,
     raise UserError(f"policy iteration did not converge in {MAX_ITERATIONS} iterations")
 
 
+
+
+def launch_policy(result: PolicyResult) -> Callable[[tuple[int, ...], tuple[int, ...], tuple[float, ...]], list[bool]]:
+    """The solved policy as simulate()'s launch decision: the state with the ms left of each running batch
+    rounded to quanta, looked up. Run the simulator with `quantized=True` so that every state it meets is one of
+    the problem's."""
+    problem = result.problem
+    m = problem.num_models
+    masks = problem.act_launch[result.choice]
+    table = {tuple(row): int(mask) for row, mask in zip(problem.pre.tolist(), masks.tolist(), strict=True)}
+
+    def decide(queues: tuple[int, ...], running: tuple[int, ...], left_ms: tuple[float, ...]) -> list[bool]:
+        quanta = tuple(round(x / problem.quantum_ms) if b else 0 for x, b in zip(left_ms, running, strict=True))
+        mask = table.get((*queues, *running, *quanta))
+        if mask is None:
+            raise UserError(f"state {queues}, {running}, {quanta} quanta is not in the decision problem: "
+                            "simulate with quantized=True")
+        return [bool(mask >> i & 1) for i in range(m)]
+
+    return decide
