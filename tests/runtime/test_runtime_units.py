@@ -91,6 +91,8 @@ def test_a_launch_rule_decides_on_the_own_ready_count_alone() -> None:
     assert s.next_batch(0.01, one) == []
     s.add(_entry("r2"), now=0.02)
     assert [e.req.rid for e in s.next_batch(0.02, one)] == ["r0", "r1", "r2"]
+    s.launch_mask = 0
+    assert not s.launches(3)
     s.launch_mask = None
     assert s.launches(1) and not Scheduler(1000, 4, 8, 100, 1.0).launches(0)
 

@@ -139,7 +139,8 @@ class Scheduler:
         A count above N (the rule's last bit, before the front end's next Active) follows bit N."""
         if self.launch_mask is None:
             return count >= self.threshold
-        return bool(self.launch_mask >> min(count, self.launch_mask.bit_length() - 1) & 1)
+        top = self.launch_mask.bit_length() - 1  # N (a rule that never launches: -1, max-wait still applies)
+        return top >= 0 and bool(self.launch_mask >> min(count, top) & 1)
 
     def wait_timeout(self, now: float) -> float | None:
         """Seconds until the max-wait bound forces a launch (None: nothing is ready, block)."""
