@@ -272,6 +272,10 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     summary.update(serving_metrics(results, elapsed, slo))
     summary.update(run_info(cfg, system, workload_name, clients), warmup_requests=warmup, stats=stats, **extra)
     summary["predicted_throughput_tok_s"] = predicted_throughput(cfg, system, clients)
+    from tokenrouter.perfmodel.validity import model_validity
+
+    # geometric run lengths and stationary rates per model, from `model_runs` (None when the rows have none)
+    summary["model_validity"] = model_validity(rows, system.model_names)
     summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
     atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")
     return summary

@@ -126,6 +126,9 @@ class RuntimeConfig:
 
     delayed_batching: bool = True
     thresholds: Any = "auto"  # "auto" | list per model | list of lists indexed by N-1
+    # thresholds: launch at >= B_i(N) ready; optimal: the best launch rule on what a subserver observes (own
+    # ready count, N), from the throughput model (perfmodel/local.py; falls back to thresholds without it)
+    policy: str = "thresholds"
     auto_max_concurrency: int = 16  # thresholds=auto: B*(N) is searched for N up to this (larger N: last row)
     # thresholds=auto: step times at this many KV tokens per request (the workload's mean context; `tokenrouter
     # bench` sets it from the workload when null, serve keeps null: each latency profile's base context)
@@ -150,6 +153,8 @@ class RuntimeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise UserError(f"runtime.{name} must be a number > 0, got {value!r}")
+        if self.policy not in ("thresholds", "optimal"):
+            raise UserError(f"runtime.policy must be 'thresholds' or 'optimal', got {self.policy!r}")
         if self.ipc not in ("ipc", "tcp"):
             raise UserError(f"runtime.ipc must be 'ipc' or 'tcp', got {self.ipc!r}")
 

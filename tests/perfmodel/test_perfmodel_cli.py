@@ -165,3 +165,31 @@ def test_real_entry_point() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["throughput_tok_s"] == pytest.approx(110.32, abs=0.01)
+
+
+def test_optimize_policy_optimal_prints_the_gap(capsys) -> None:
+    fast = ["--preset", "r2r", "--route-prob", "0.35", "--latency-ms", "6.0,27.9", "--quantum-ms", "1.0"]
+    out = run_json(capsys, ["optimize", "--policy", "optimal", *fast, "--max-concurrency", "4"])
+    rows = {r["concurrency"]: r for r in out["table"]}
+    assert sorted(rows) == [1, 2, 3, 4] and rows[4]["thresholds"] == [1, 3]
+    assert rows[4]["optimal_tok_s"] > rows[4]["thresholds_tok_s"] and rows[4]["gap"] > 0
+    assert rows[4]["local_tok_s"] >= rows[4]["thresholds_tok_s"] * (1 - 1e-9)
+    assert main(["model", "optimize", "--policy", "optimal", *fast, "--concurrency", "3"]) == 0
+    assert "| 3 | [1, 2] |" in capsys.readouterr().out
+    assert main(["model", "optimize", "--policy", "optimal", *fast, "--concurrency", "3", "--fix", "0=1"]) == 2
+
+
+def test_simulate_replays_a_runs_requests_jsonl(capsys, tmp_path) -> None:
+    from tests.perfmodel.test_perfmodel_validity import r2r_rows
+
+    path = tmp_path / "requests.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in r2r_rows(0.35, 40, 100)))
+    argv = ["simulate", *SYSTEM, "--concurrency", "4", "--thresholds", "1,3", "--events", "5000", "--traces", str(path)]
+    assert main(["model", *argv]) == 2  # no summary.json beside it and no --trace-models
+    assert "--trace-models" in capsys.readouterr().err
+    (tmp_path / "summary.json").write_text(json.dumps({"tokens_per_model": {"small": 1, "large": 1}}))
+    out = run_json(capsys, argv)
+    assert out["model_validity"]["in_regime"] is True
+    assert out["throughput_tok_s"] == pytest.approx(out["chain_throughput_tok_s"], rel=0.05)
+    assert main(["model", *argv, "--trace-models", "small,large"]) == 0
+    assert "replayed the run's traces" in capsys.readouterr().out

@@ -26,6 +26,7 @@ def test_messages_round_trip_in_one_frame() -> None:
     msgs = [
         Submit("r1", [1, 2, 3], META),
         Active(3, [1, 2]),
+        Active(3, [1, 2], [0b1010, 0b1100]),
         PeerMessage(PeerRequest("r1", 2, [3, 4], 2, fields={"x": 1.5}), 0, 7, META),
         PeerMessage(PeerRequest("r1", 0, [], 2, finished=True), 1, 8),
         Report(1, [["r1", 0, [5]]], [["r1", "stop", 1, 8]], [], {"routes": {0: 1}}),
@@ -77,6 +78,23 @@ def test_delayed_batching_waits_for_threshold_or_max_wait() -> None:
     s.make_ready(e1, 0.08)
     assert [e.req.rid for e in s.next_batch(0.08, one)] == ["r2", "r0", "r1"]  # threshold reached: whole queue
     assert e1.status is Status.RUNNING
+
+
+def test_a_launch_rule_decides_on_the_own_ready_count_alone() -> None:
+    s = Scheduler(capacity_tokens=1000, page_size=4, max_batch_size=8, max_step_tokens=100, max_wait_s=1.0)
+    s.threshold = 1  # ignored while a rule is set
+    s.launch_mask = 0b1010  # N = 3: launch with 1 or 3 ready, wait with 2
+    assert [s.launches(k) for k in range(5)] == [False, True, False, True, True]  # above N: bit N
+    one = lambda e: 1  # noqa: E731
+    for i in range(2):
+        s.add(_entry(f"r{i}"), now=0.0)
+    assert s.next_batch(0.01, one) == []
+    s.add(_entry("r2"), now=0.02)
+    assert [e.req.rid for e in s.next_batch(0.02, one)] == ["r0", "r1", "r2"]
+    s.launch_mask = 0
+    assert not s.launches(3)
+    s.launch_mask = None
+    assert s.launches(1) and not Scheduler(1000, 4, 8, 100, 1.0).launches(0)
 
 
 def test_admission_reserves_kv_and_batches_respect_limits() -> None:

@@ -9,23 +9,28 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 from tokenrouter.cli.args import ArgumentParser, float_list, int_list
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.perfmodel.chain import throughput
+from tokenrouter.perfmodel.compare import compare
 from tokenrouter.perfmodel.optimize import OptimizeResult, optimize, optimize_table
 from tokenrouter.perfmodel.plot import check_plot_path, plot_sweeps, threshold_sweep
 from tokenrouter.perfmodel.presets import PRESETS, preset
 from tokenrouter.perfmodel.simulate import simulate
 from tokenrouter.perfmodel.spec import SystemSpec
+from tokenrouter.perfmodel.validity import model_validity, request_runs, step_traces
 
 HELP = "throughput model: predict, optimize thresholds B*(N), simulate (throughput|optimize|simulate)"
 
 EXAMPLE = (
     "example: tokenrouter model throughput --preset r2r --route-prob 0.35 --latency-ms 6.0,27.9 "
-    "--quantum-ms 0.1 --concurrency 4 --thresholds 1,3 --json"
+    "--quantum-ms 0.1 --concurrency 4 --thresholds 1,3 --json; "
+    "tokenrouter model optimize --policy optimal --preset r2r --route-prob 0.35 --latency-ms 6.0,27.9 "
+    "--max-concurrency 8"
 )
 
 
@@ -79,6 +84,9 @@ def build_parser() -> ArgumentParser:
     group.add_argument("--max-concurrency", type=int, help="print the B*(N) table for N = 1..this")
     op.add_argument("--fix", type=_fix, action="append", default=[], metavar="I=B", help="hold model I at B")
     op.add_argument("--plot", metavar="FILE.png", help="plot throughput against the last model's threshold")
+    op.add_argument("--policy", choices=("thresholds", "optimal"), default="thresholds",
+                    help="optimal: also solve the optimal launch policy and the best rule on a subserver's own "
+                         "queue, and print them against the best thresholds")
     _system_args(op)
     sm = sub.add_parser("simulate", help="event simulation with a 95%% confidence interval")
     sm.add_argument("--concurrency", type=int, required=True, help="N concurrent requests")
@@ -88,8 +96,12 @@ def build_parser() -> ArgumentParser:
     sm.add_argument(
         "--traces",
         metavar="FILE.jsonl",
-        help="replay routing traces: one JSON list of model indices per line",
+        help="replay routing traces: one JSON list of model indices per line, or a run's requests.jsonl "
+             "(its `model_runs`; also prints the chain's prediction and the geometric-fit verdict)",
     )
+    sm.add_argument("--trace-models", type=lambda t: t.split(","), metavar="NAME,NAME",
+                    help="requests.jsonl traces: model names in model order (default: from the summary.json "
+                         "next to it)")
     sm.add_argument("--handoff-ms", type=float, default=0.0,
                     help="delay of every request that changes model (IPC), which the chain leaves out")
     _system_args(sm)
@@ -120,21 +132,36 @@ def system_from_args(args: argparse.Namespace, max_n: int) -> SystemSpec:
     return SystemSpec.build(route, commit, latencies, args.quantum_ms, max_concurrency=max_n)
 
 
-def _load_traces(path: str) -> list[list[int]]:
-    traces = []
+def _trace_names(path: str, given: list[str] | None) -> list[str]:
+    """Model names of a requests.jsonl in model order: given, or the run's summary.json (`tokens_per_model`)."""
+    if given:
+        return given
+    summary = Path(path).parent / "summary.json"
+    try:
+        return list(json.loads(summary.read_text())["tokens_per_model"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UserError(f"traces {path}: name the models in order with --trace-models (no readable {summary})") from None
+
+
+def _load_traces(path: str) -> tuple[list[list[int]], list[dict[str, Any]]]:
+    """(index traces, requests.jsonl rows with `model_runs`): a file holds one kind or the other."""
+    traces, rows = [], []
     try:
         with open(path) as f:
             for line in f:
                 if line.strip():
                     item = json.loads(line)
-                    traces.append(item["models"] if isinstance(item, dict) else item)
+                    if isinstance(item, dict) and "model_runs" in item:
+                        rows.append(item)
+                    else:
+                        traces.append(item["models"] if isinstance(item, dict) else item)
     except FileNotFoundError:
         raise UserError(f"traces file not found: {path}") from None
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise UserError(
             f"traces file {path}: expected one JSON list of model indices per line ({exc})"
         ) from None
-    return traces
+    return traces, rows
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
@@ -192,7 +219,26 @@ def _table_text(table: dict[int, OptimizeResult]) -> str:
     return "\n".join(lines)
 
 
+def _run_policy(args: argparse.Namespace) -> int:
+    """`optimize --policy optimal`: best thresholds vs best local rule vs the full-state optimum, per N."""
+    if args.fix or args.plot:
+        raise UserError("--policy optimal takes neither --fix nor --plot")
+    ns = [args.concurrency] if args.concurrency is not None else list(range(1, args.max_concurrency + 1))
+    spec = system_from_args(args, max(ns))
+    rows = [compare(spec, n) for n in ns]
+    lines = [f"quantum {spec.quantum_ms:g} ms; optimal: knows every queue and running batch; local: the best "
+             "rule on a subserver's own queue and N (what runtime.policy=optimal runs)",
+             "| N | best B | thresholds tok/s | local tok/s | optimal tok/s | optimal gap | local gap |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.n} | {list(r.thresholds)} | {r.thresholds_tok_s:.2f} | {r.local_tok_s:.2f} | "
+              f"{r.optimal_tok_s:.2f} | {100 * r.gap:+.2f}% | {100 * r.local_gap:+.2f}% |" for r in rows]
+    _emit(args, {"table": [r.to_dict() for r in rows]}, "\n".join(lines))
+    return 0
+
+
 def _run_optimize(args: argparse.Namespace) -> int:
+    if args.policy == "optimal":
+        return _run_policy(args)
     fixed = dict(args.fix)
     if args.max_concurrency is not None:
         spec = system_from_args(args, args.max_concurrency)
@@ -225,10 +271,15 @@ def _run_optimize(args: argparse.Namespace) -> int:
 
 def _run_simulate(args: argparse.Namespace) -> int:
     spec = system_from_args(args, args.concurrency)
-    traces = _load_traces(args.traces) if args.traces else None
+    traces, rows = _load_traces(args.traces) if args.traces else (None, [])
+    validity = None
+    if rows:
+        names = _trace_names(args.traces, args.trace_models)
+        traces = step_traces(request_runs(rows, names), spec.route, spec.commit)
+        validity = model_validity(rows, names)
     res = simulate(spec, args.concurrency, args.thresholds, events=args.events, seed=args.seed, traces=traces,
                    handoff_ms=args.handoff_ms)
-    payload = {
+    payload: dict[str, Any] = {
         "throughput_tok_s": res.throughput_tok_s,
         "ci95": [res.ci_low, res.ci_high],
         "events": res.events,
@@ -238,6 +289,16 @@ def _run_simulate(args: argparse.Namespace) -> int:
         f"N={args.concurrency} thresholds={args.thresholds}: {res.throughput_tok_s:.2f} tok/s "
         f"(95% CI {res.ci_low:.2f} .. {res.ci_high:.2f}; {res.events} events, {res.simulated_s:.1f} s simulated)"
     )
+    if validity is not None:
+        chain = throughput(spec, args.concurrency, args.thresholds).throughput_tok_s
+        payload.update(chain_throughput_tok_s=chain, model_validity=validity)
+        fits = "; ".join(f"{f['model']}: {f['runs']} runs, mean {f['mean_run']:.2f}, dispersion "
+                         f"{f['dispersion'] if f['dispersion'] is None else round(f['dispersion'], 2)}, drift "
+                         f"{f['drift'] if f['drift'] is None else round(f['drift'], 2)}"
+                         for f in validity["models"])
+        text += (f"\nreplayed the run's traces; the chain (geometric, stationary) predicts {chain:.2f} tok/s "
+                 f"({res.throughput_tok_s / chain - 1:+.1%} replay vs chain)\nin the model's regime: "
+                 f"{validity['in_regime']} ({fits})")
     _emit(args, payload, text)
     return 0
 

@@ -3,7 +3,7 @@
 The runtime calls `auto_thresholds` for `thresholds=auto`; `tokenrouter model ...` is the command line.
 """
 
-from tokenrouter.perfmodel.auto import auto_thresholds
+from tokenrouter.perfmodel.auto import auto_local_rules, auto_thresholds
 from tokenrouter.perfmodel.chain import ChainResult, throughput
 from tokenrouter.perfmodel.optimize import OptimizeResult, optimize, optimize_table
 from tokenrouter.perfmodel.presets import preset, preset_for_algorithm
@@ -16,6 +16,7 @@ __all__ = [
     "OptimizeResult",
     "SimResult",
     "SystemSpec",
+    "auto_local_rules",
     "auto_thresholds",
     "check_thresholds",
     "optimize",

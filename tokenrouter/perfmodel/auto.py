@@ -1,4 +1,5 @@
-"""`thresholds=auto`: the B*(N) table the runtime looks up as its active request count N changes.
+"""`thresholds=auto`: the B*(N) table the runtime looks up as its active request count N changes (and, for
+`runtime.policy=optimal`, the best local launch rules per N).
 
 Results are cached on disk (cache_dir()/perfmodel/<digest>.json, keyed by every input the chain sees), so a
 restart or a sweep over the same model set pays the search once.
@@ -15,10 +16,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tokenrouter.cache import cache_dir
 from tokenrouter.engine.latency import LatencyProfile
+from tokenrouter.perfmodel.local import best_local_rule
 from tokenrouter.perfmodel.optimize import optimize_table
 from tokenrouter.perfmodel.spec import SystemSpec
 
@@ -35,23 +37,51 @@ def auto_thresholds(
 ) -> dict[int, list[int]]:
     """B*(N) for every N in 1..max_concurrency (None quantum: `auto_quantum` for that many requests), on each
     model's step times at `context_tokens` of KV per request (None: at its profile's base context)."""
-    latencies = [lat.at_context(context_tokens) for lat in latencies]
-    spec = SystemSpec.build(
-        route_matrix, commit_matrix, latencies, quantum_ms, max_concurrency=max_concurrency
-    )
-    path = (
-        cache_dir()
-        / "perfmodel"
-        / f"auto-v{CACHE_VERSION}-{spec.key(max_concurrency)}-n{max_concurrency}.json"
-    )
+    spec = _spec(route_matrix, commit_matrix, latencies, max_concurrency, quantum_ms, context_tokens)
+
+    def search() -> dict[int, list[int]]:
+        # Screen every N at the coarse quantum, refine the few best at `quantum_ms`: ~5x faster than exhaustive.
+        results = optimize_table(spec, max_concurrency, full_budget=0)
+        return {n: list(res.best.thresholds) for n, res in results.items()}
+
+    return _cached(f"auto-v{CACHE_VERSION}-{spec.key(max_concurrency)}-n{max_concurrency}", search)
+
+
+def auto_local_rules(
+    route_matrix: Sequence[Sequence[float]],
+    commit_matrix: Sequence[Sequence[float]],
+    latencies: Sequence[LatencyProfile],
+    max_concurrency: int,
+    quantum_ms: float | None = None,
+    context_tokens: int | None = None,
+) -> dict[int, list[int]]:
+    """`runtime.policy=optimal`: for every N, each model's best launch rule on its own ready count as a bitmask
+    (bit k: launch with k ready), searched from B*(N) (perfmodel.local)."""
+    table = auto_thresholds(route_matrix, commit_matrix, latencies, max_concurrency, quantum_ms, context_tokens)
+    spec = _spec(route_matrix, commit_matrix, latencies, max_concurrency, quantum_ms, context_tokens)
+
+    def search() -> dict[int, list[int]]:
+        return {n: best_local_rule(spec, n, table[n]).best.masks for n in range(1, max_concurrency + 1)}
+
+    return _cached(f"local-v{CACHE_VERSION}-{spec.key(max_concurrency)}-n{max_concurrency}", search)
+
+
+def _spec(route_matrix: Sequence[Sequence[float]], commit_matrix: Sequence[Sequence[float]],
+          latencies: Sequence[LatencyProfile], max_concurrency: int, quantum_ms: float | None,
+          context_tokens: int | None) -> SystemSpec:
+    at = [lat.at_context(context_tokens) for lat in latencies]
+    return SystemSpec.build(route_matrix, commit_matrix, at, quantum_ms, max_concurrency=max_concurrency)
+
+
+def _cached(name: str, compute: Callable[[], dict[int, list[int]]]) -> dict[int, list[int]]:
+    """A per-N table of integer lists from cache_dir()/perfmodel/NAME.json, else computed and stored."""
+    path = cache_dir() / "perfmodel" / f"{name}.json"
     if path.is_file():
         try:
             return {int(n): [int(x) for x in b] for n, b in json.loads(path.read_text()).items()}
         except (ValueError, TypeError, AttributeError):
             pass  # a damaged cache entry is recomputed and overwritten
-    # Screen every N at the coarse quantum, refine the few best at `quantum_ms`: ~5x faster than exhaustive.
-    results = optimize_table(spec, max_concurrency, full_budget=0)
-    table = {n: list(res.best.thresholds) for n, res in results.items()}
+    table = compute()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "w") as f:

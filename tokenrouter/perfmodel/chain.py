@@ -78,7 +78,19 @@ class Chain:
 
 def throughput(spec: SystemSpec, n: int, thresholds: Sequence[int]) -> ChainResult:
     """Predicted committed-token throughput of N closed-loop requests under thresholds B."""
-    chain = build_chain(spec, n, thresholds)
+    return chain_throughput(spec, build_chain(spec, n, thresholds))
+
+
+def threshold_rule(thresholds: Sequence[int], n: int) -> np.ndarray:
+    """The launch rule of thresholds B: go[i, k] = (k >= B_i), for queue lengths k = 0..N (k = 0 never goes)."""
+    k = np.arange(n + 1)
+    go = k[None, :] >= np.asarray(thresholds, dtype=np.int64)[:, None]
+    go[:, 0] = False
+    return go
+
+
+def chain_throughput(spec: SystemSpec, chain: Chain) -> ChainResult:
+    """Throughput and flows of an already built chain (any launch rule)."""
     pi = long_run_distribution(chain)
     fin = chain.finishing()
     tau_ms = float(pi @ chain.holding_quanta()) * spec.quantum_ms
@@ -97,51 +109,85 @@ def throughput(spec: SystemSpec, n: int, thresholds: Sequence[int]) -> ChainResu
 
 def build_chain(spec: SystemSpec, n: int, thresholds: Sequence[int]) -> Chain:
     """Breadth-first search from the start state; raises InfeasibleThresholds before building anything."""
+    return build_rule_chain(spec, n, threshold_rule(check_thresholds(thresholds, n, spec.num_models), n))
+
+
+def build_rule_chain(spec: SystemSpec, n: int, go: np.ndarray) -> Chain:
+    """The chain of a local launch rule: an idle model i launches its whole queue of k iff go[i, k].
+
+    Thresholds are the monotone rules (go[i, k] = k >= B_i); `tokenrouter.perfmodel.local` searches the
+    others. The caller guarantees the rule cannot deadlock (some queue launches whenever all are idle).
+    """
     m = spec.num_models
-    thr = np.array(check_thresholds(thresholds, n, m), dtype=np.int64)
+    rule = np.asarray(go, dtype=bool)
     quanta = spec.step_quanta(n)
-    radix = [n + 1] * (2 * m) + [int(quanta.max()) + 1] * m
-    if math.prod(radix) >= 2**62:
-        raise UserError(
-            f"state space too large to encode for N={n} and {m} models; use a coarser --quantum-ms"
-        )
-    mult = np.cumprod([1] + radix[:-1]).astype(np.int64)
-    outcomes = _OutcomeTable(spec.route, n)
+    index = StateIndex(spec, n, quanta)
+    outcomes = OutcomeTable(spec.route, n)
 
     start = np.zeros((1, 3 * m), dtype=np.int64)
     start[0, 0] = n
-    _launch(start, thr, quanta, m)
-    # States get ids in discovery (breadth-first) order; `visited` holds their codes sorted, `ids` the ids.
-    frontier, frontier_ids = start, np.zeros(1, dtype=np.int64)
-    visited, ids = start @ mult, frontier_ids.copy()
+    _launch(start, rule, quanta, m)
+    frontier, frontier_ids = start, index.add(start)[0]
     levels = [start]
-    src_parts, dst_parts, prob_parts = [], [], []
+    edges = Edges()
     while len(frontier):
-        succ, rows, prob = _expand(frontier, outcomes, thr, quanta, m)
-        uniq, first, inverse = np.unique(succ @ mult, return_index=True, return_inverse=True)
-        pos = np.searchsorted(visited, uniq)
-        known = pos < len(visited)
-        known[known] = visited[pos[known]] == uniq[known]
-        uniq_ids = np.empty(len(uniq), dtype=np.int64)
-        uniq_ids[known] = ids[pos[known]]
-        new = np.flatnonzero(~known)
-        uniq_ids[new] = len(ids) + np.arange(len(new))
-        visited = np.insert(visited, pos[new], uniq[new])
-        ids = np.insert(ids, pos[new], uniq_ids[new])
-        if len(ids) > MAX_STATES:
-            raise UserError(
-                f"more than {MAX_STATES} states for N={n}, thresholds {list(thr)}; use a coarser --quantum-ms"
-            )
-        src_parts.append(frontier_ids[rows])
-        dst_parts.append(uniq_ids[inverse])
-        prob_parts.append(prob)
-        frontier, frontier_ids = succ[first[new]], uniq_ids[new]
+        succ, rows, prob = _expand(frontier, outcomes, rule, quanta, m)
+        succ_ids, new_rows = index.add(succ)
+        edges.add(frontier_ids[rows], succ_ids, prob)
+        frontier, frontier_ids = succ[new_rows], succ_ids[new_rows]
         levels.append(frontier)
-
-    size = len(ids)
-    src, dst = np.concatenate(src_parts), np.concatenate(dst_parts)
-    mat = sp.csr_matrix((np.concatenate(prob_parts), (src, dst)), shape=(size, size))
+    mat = edges.matrix((len(index), len(index)))
     return Chain(states=np.concatenate(levels), transitions=mat, start=0, num_models=m)
+
+
+class Edges:
+    """Transition probabilities collected one breadth-first level at a time, then one sparse matrix."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def add(self, src: np.ndarray, dst: np.ndarray, prob: np.ndarray) -> None:
+        self.parts.append((src, dst, prob))
+
+    def matrix(self, shape: tuple[int, int]) -> sp.csr_matrix:
+        src, dst, prob = (np.concatenate(x) for x in zip(*self.parts, strict=True))
+        return sp.csr_matrix((prob, (src, dst)), shape=shape)
+
+
+class StateIndex:
+    """Ids of states in discovery (breadth-first) order; each state is packed into one int64 code, and the
+    codes are kept sorted next to their ids for vectorized lookup."""
+
+    def __init__(self, spec: SystemSpec, n: int, quanta: np.ndarray) -> None:
+        m = spec.num_models
+        radix = [n + 1] * (2 * m) + [int(quanta.max()) + 1] * m
+        if math.prod(radix) >= 2**62:
+            raise UserError(
+                f"state space too large to encode for N={n} and {m} models; use a coarser --quantum-ms"
+            )
+        self.n = n
+        self.mult = np.cumprod([1] + radix[:-1]).astype(np.int64)
+        self.codes = np.zeros(0, dtype=np.int64)
+        self.ids = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(id of every row, rows holding the first occurrence of each state new to the index)."""
+        uniq, first, inverse = np.unique(states @ self.mult, return_index=True, return_inverse=True)
+        pos = np.searchsorted(self.codes, uniq)
+        known = pos < len(self.codes)
+        known[known] = self.codes[pos[known]] == uniq[known]
+        uniq_ids = np.empty(len(uniq), dtype=np.int64)
+        uniq_ids[known] = self.ids[pos[known]]
+        new = np.flatnonzero(~known)
+        uniq_ids[new] = len(self.ids) + np.arange(len(new))
+        self.codes = np.insert(self.codes, pos[new], uniq[new])
+        self.ids = np.insert(self.ids, pos[new], uniq_ids[new])
+        if len(self.ids) > MAX_STATES:
+            raise UserError(f"more than {MAX_STATES} states for N={self.n}; use a coarser --quantum-ms")
+        return uniq_ids[inverse.ravel()], first[new]
 
 
 def long_run_distribution(chain: Chain) -> np.ndarray:
@@ -225,19 +271,29 @@ def _absorption(mat: sp.csr_matrix, labels: np.ndarray, closed: np.ndarray, star
     return out
 
 
-def _launch(x: np.ndarray, thr: np.ndarray, quanta: np.ndarray, m: int) -> None:
-    """In place: every idle model whose queue reached its threshold starts a batch of its whole queue."""
+def _launch(x: np.ndarray, rule: np.ndarray, quanta: np.ndarray, m: int) -> None:
+    """In place: every idle model whose rule says go for its queue length starts a batch of its whole queue."""
     for i in range(m):
-        go = (x[:, m + i] == 0) & (x[:, i] >= thr[i])
+        go = (x[:, m + i] == 0) & rule[i, x[:, i]]
         x[go, m + i] = x[go, i]
         x[go, i] = 0
         x[go, 2 * m + i] = quanta[i, x[go, m + i]]
 
 
 def _expand(
-    frontier: np.ndarray, outcomes: _OutcomeTable, thr: np.ndarray, quanta: np.ndarray, m: int
+    frontier: np.ndarray, outcomes: OutcomeTable, rule: np.ndarray, quanta: np.ndarray, m: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All successors of the frontier: (successor states, index of their source row, probability)."""
+    succ, rows, prob = route_events(frontier, outcomes, m)
+    _launch(succ, rule, quanta, m)
+    return succ, rows, prob
+
+
+def route_events(
+    frontier: np.ndarray, outcomes: OutcomeTable, m: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The next event from each state, before any launch: the earliest batches finish and route their requests,
+    the others advance. Returns (successor states, index of their source row, probability)."""
     b, r = frontier[:, m : 2 * m], frontier[:, 2 * m :]
     running = b > 0
     if not running.any(axis=1).all():
@@ -253,11 +309,10 @@ def _expand(
     pick = np.repeat(offset, count) + np.arange(len(rows)) - np.repeat(first, count)
     succ = base[rows]
     succ[:, :m] += outcomes.arrivals[pick]
-    _launch(succ, thr, quanta, m)
     return succ, rows, outcomes.probs[pick]
 
 
-class _OutcomeTable:
+class OutcomeTable:
     """Where the finishing requests go: for each vector (b_i of finishing model i, else 0), the list of
     arrival vectors and their probabilities, stored as slices of two flat arrays."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 import random
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -29,6 +29,9 @@ from scipy import stats
 
 from tokenrouter.errors import UserError
 from tokenrouter.perfmodel.spec import SystemSpec, check_thresholds
+
+# (queue lengths, running batch sizes, ms left of each running batch) -> which idle models launch their queue
+LaunchPolicy = Callable[[tuple[int, ...], tuple[int, ...], tuple[float, ...]], Sequence[bool]]
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,11 @@ def simulate(
     batches: int = 20,
     quantized: bool = False,
     handoff_ms: float = 0.0,
+    policy: LaunchPolicy | None = None,
 ) -> SimResult:
     """Simulate `events` batch completions (the first 10% are warm-up); `quantized` rounds latencies like the
-    chain; `handoff_ms` delays every request that changes model."""
+    chain; `handoff_ms` delays every request that changes model; `policy` replaces the thresholds' launch
+    decision (e.g. policy.launch_policy of the optimal policy)."""
     m = spec.num_models
     thr = check_thresholds(thresholds, n, m)
     if not handoff_ms >= 0.0:
@@ -137,11 +142,19 @@ def simulate(
     heap: list[tuple[float, int, int]] = []  # (time, model, slot): slot -1 = model's batch completes
     now = 0.0
 
+    ends = [0.0] * m  # when each running batch completes
+
     def launch() -> None:
+        if policy is None:
+            go = [not running[i] and len(queues[i]) >= thr[i] for i in range(m)]
+        else:
+            go = policy(tuple(len(q) for q in queues), tuple(len(r) for r in running),
+                        tuple(ends[i] - now if running[i] else 0.0 for i in range(m)))
         for i in range(m):
-            if not running[i] and len(queues[i]) >= thr[i]:
+            if go[i] and not running[i] and queues[i]:
                 running[i], queues[i] = queues[i], []
-                heapq.heappush(heap, (now + latency(i, len(running[i])), i, -1))
+                ends[i] = now + latency(i, len(running[i]))
+                heapq.heappush(heap, (ends[i], i, -1))
 
     launch()
     warmup = events // 10

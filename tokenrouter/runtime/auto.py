@@ -89,6 +89,24 @@ def plan_thresholds(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: in
     model, the profile its subserver measured (`latency_profile: auto`); `routes`: decisions counted so far
     (`routes[i][j]`: model i sent a request to model j); `context_tokens`: the workload's mean context
     (`runtime.auto_context_tokens`; None: each profile's base context)."""
+    from tokenrouter.perfmodel import auto_thresholds
+
+    return _plan(auto_thresholds, models, algorithm, max_n, measured, routes, context_tokens)
+
+
+def plan_launch_rules(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
+                      measured: list[dict[str, Any] | None] | None = None,
+                      context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
+    """`runtime.policy=optimal`: per N, each model's best launch rule on its own ready count (bitmasks), from
+    the same inputs as plan_thresholds; None (and why) when they are unknown."""
+    from tokenrouter.perfmodel import auto_local_rules
+
+    return _plan(auto_local_rules, models, algorithm, max_n, measured, None, context_tokens)
+
+
+def _plan(search: Callable[..., dict[int, list[int]]], models: list[ModelSpec], algorithm: AlgorithmSpec,
+          max_n: int, measured: list[dict[str, Any] | None] | None, routes: list[list[int]] | None,
+          context_tokens: int | None) -> tuple[dict[int, list[int]] | None, str]:
     if len(models) < 2:
         return None, "one model: nothing to wait for"
     measured = measured or [None] * len(models)
@@ -97,7 +115,7 @@ def plan_thresholds(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: in
     if unknown:
         return None, (f"no step latencies for model(s) {unknown}; set `latency_profile` to a `tokenrouter "
                       "profile` JSON or to auto")
-    from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
+    from tokenrouter.perfmodel import preset_for_algorithm
 
     preset, params = routing_rates(models, algorithm, routes)
     try:
@@ -107,8 +125,8 @@ def plan_thresholds(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: in
     if len(route) != len(models):
         return None, f"the {preset!r} preset describes {len(route)} models, not {len(models)}"
     rates = {k: v for k, v in params.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    table = auto_thresholds(route, commit, [lat for lat in latencies if lat is not None], max_n,
-                            context_tokens=context_tokens)
+    table = search(route, commit, [lat for lat in latencies if lat is not None], max_n,
+                   context_tokens=context_tokens)
     at = f", step times at context {context_tokens}" if context_tokens is not None else ""
     return table, f"throughput model, {preset} {rates}{at}"
 

@@ -37,7 +37,7 @@ from tokenrouter.engine.loader import check_source, check_tp
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import AutoThresholds, workload_context
+from tokenrouter.runtime.auto import AutoThresholds, plan_launch_rules, workload_context
 from tokenrouter.runtime.ipc import (
     CurveKeys,
     bind_inbox,
@@ -136,6 +136,7 @@ class TokenRouterFrontend(ServingSystem):
         self.seed = seed
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
         self.thresholds_source = "fixed" if self.runtime.delayed_batching else "delayed batching off: all ones"
+        self.launch_rules: dict[int, list[int]] = {}  # runtime.policy=optimal: N -> per-model launch bitmasks
         self._procs: list[subprocess.Popen] = []
         self._ready: list[Ready | None] = [None] * len(self.models)
         self.latency_profiles: dict[str, dict[str, Any]] = {}  # model -> start-up profile (latency_profile: auto)
@@ -260,12 +261,14 @@ class TokenRouterFrontend(ServingSystem):
             await self.close()
             raise
         ready = [r for r in self._ready if r is not None]
-        if auto is not None:
-            try:
+        try:
+            if auto is not None:
                 await self._auto_after_ready(auto, [r.profile for r in ready])
-            except BaseException:
-                await self.close()
-                raise
+            if rt.policy == "optimal" and rt.delayed_batching:
+                await self._plan_rules([r.profile for r in ready])
+        except BaseException:
+            await self.close()
+            raise
         self._outboxes = [connect_outbox(self._ctx, r.endpoint, self._keys) for r in ready]
         self._send_all([Peers([r.endpoint for r in ready])])
         self._vocab = min(r.vocab_size for r in ready)
@@ -280,6 +283,15 @@ class TokenRouterFrontend(ServingSystem):
         if auto.can_retune(measured):
             self._tasks.append(asyncio.create_task(auto.retune(measured, self._routes, lambda: self.thresholds,
                                                                self._adopt)))
+
+    async def _plan_rules(self, measured: list[dict[str, Any] | None]) -> None:
+        """runtime.policy=optimal: the per-N launch rules sent with every Active (none: the thresholds decide)."""
+        rt = self.runtime
+        rules, why = await asyncio.to_thread(plan_launch_rules, self.models, self.algorithm, rt.auto_max_concurrency,
+                                             measured, rt.auto_context_tokens)
+        if rules is None:
+            log.warning("runtime.policy=optimal: %s; using thresholds", why)
+        self.launch_rules = rules or {}
 
     def _routes(self) -> list[list[int]]:
         """Decisions counted so far: routes[i][j] = requests model i sent to model j."""
@@ -401,7 +413,7 @@ class TokenRouterFrontend(ServingSystem):
                 "kv_cache_usage": s["kv_reserved"] / s["kv_capacity"] if s.get("kv_capacity") else 0.0,
             }
         out = {"models": models, "active_requests": n, "thresholds": current, "thresholds_spec": self.thresholds.spec,
-               "thresholds_source": self.thresholds_source}
+               "thresholds_source": self.thresholds_source, "launch_rule": self.launch_rules.get(n)}
         if self.latency_profiles:  # what thresholds=auto was computed from
             out["latency_profiles"] = self.latency_profiles
         return out
@@ -460,7 +472,7 @@ class TokenRouterFrontend(ServingSystem):
 
     def _broadcast_active(self) -> None:
         n = len(self._flights)
-        self._send_all([Active(n, self.thresholds(n))])
+        self._send_all([Active(n, self.thresholds(n), self.launch_rules.get(n))])
 
     def _send_all(self, msgs: list[Message]) -> None:
         frame = encode(msgs)

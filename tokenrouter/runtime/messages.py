@@ -74,18 +74,20 @@ class Submit:
 
 @dataclass
 class Active:
-    """The global active request count N and the thresholds every model uses at that N."""
+    """The global active request count N and the thresholds every model uses at that N; with
+    `runtime.policy=optimal` also each model's launch rule for N (bit k of launch[i]: launch with k ready)."""
 
     TAG = 2
     n: int
     thresholds: list[int]
+    launch: list[int] | None = None
 
     def to_wire(self) -> list[Any]:
-        return [self.TAG, self.n, self.thresholds]
+        return [self.TAG, self.n, self.thresholds, self.launch]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> Active:
-        return cls(w[1], list(w[2]))
+        return cls(w[1], list(w[2]), None if len(w) < 4 or w[3] is None else [int(x) for x in w[3]])
 
 
 @dataclass

@@ -54,6 +54,7 @@ class Scheduler:
         self.max_step_tokens = max_step_tokens
         self.max_wait_s = max_wait_s
         self.threshold = 1
+        self.launch_mask: int | None = None  # runtime.policy=optimal: bit k set = launch with k ready (for N)
         self.entries: dict[str, Entry] = {}
         self._waiting: deque[Entry] = deque()
         self._ready: dict[str, Entry] = {}  # insertion order = queue order
@@ -118,7 +119,7 @@ class Scheduler:
         oldest = next(iter(self._ready.values()))
         # requests waiting for KV count toward the threshold: N (which the thresholds are feasible for)
         # counts them too, so a model whose queue is full of them must not wait for more
-        if len(self._ready) + len(self._waiting) < self.threshold and now - oldest.since < self.max_wait_s:
+        if not self.launches(len(self._ready) + len(self._waiting)) and now - oldest.since < self.max_wait_s:
             return []
         batch: list[Entry] = []
         tokens = 0
@@ -132,6 +133,14 @@ class Scheduler:
             del self._ready[e.req.rid]
             e.status = Status.RUNNING
         return batch
+
+    def launches(self, count: int) -> bool:
+        """The launch decision on what this model observes: its own count and N (through the rule for N).
+        A count above N (the rule's last bit, before the front end's next Active) follows bit N."""
+        if self.launch_mask is None:
+            return count >= self.threshold
+        top = self.launch_mask.bit_length() - 1  # N (a rule that never launches: -1, max-wait still applies)
+        return top >= 0 and bool(self.launch_mask >> min(count, top) & 1)
 
     def wait_timeout(self, now: float) -> float | None:
         """Seconds until the max-wait bound forces a launch (None: nothing is ready, block)."""

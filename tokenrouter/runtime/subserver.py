@@ -160,6 +160,7 @@ class Subserver:
             self.admit(Entry(req, msg.meta, stop_ids=frozenset(msg.meta.stop_ids)), now)
         elif isinstance(msg, Active):
             self.sched.threshold = max(1, msg.thresholds[self.index])
+            self.sched.launch_mask = msg.launch[self.index] if msg.launch else None
         elif isinstance(msg, Peers):
             for i, endpoint in enumerate(msg.endpoints):
                 if i != self.index and i not in self.peers:
