@@ -23,6 +23,8 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
@@ -68,17 +70,38 @@ async def overhead(tokens: int) -> None:
                   f"at the client ({elapsed * 1e6 / tokens:.1f} us per iteration of a request)")
 
 
-async def handoff(tokens: int) -> None:
+async def handoff(tokens: int, rounds: int) -> None:
+    """Both peer links (runtime.peer_link direct | zmq) in alternating rounds of one run, so load changes on a
+    shared machine hit both alike; the ratio is the figure to quote."""
     print("== hand-off round trip (zero-latency sims, route_prob=1: small -> large -> small per token) ==")
     models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
     algo = AlgorithmSpec("bernoulli", {"route_prob": 1.0})
-    async with TokenRouterFrontend(models, algo, RuntimeConfig(thresholds=[1, 1])) as fe:
-        await _token_gaps_us(fe, 2000, 1)
-        gaps = await _token_gaps_us(fe, tokens, 1)
-        st = fe.stats()["models"]
-        print(f"round trip median {statistics.median(gaps):.1f} us (p90 {statistics.quantiles(gaps, n=10)[-1]:.1f}); "
-              f"in-subserver overhead median small {st['small']['overhead_us_p50']:.1f} us, "
-              f"large {st['large']['overhead_us_p50']:.1f} us per iteration")
+    gaps: dict[str, list[float]] = {"direct": [], "zmq": []}
+    for _ in range(rounds):
+        for link in gaps:
+            async with TokenRouterFrontend(models, algo, RuntimeConfig(thresholds=[1, 1], peer_link=link)) as fe:
+                await _token_gaps_us(fe, 500, 1)
+                gaps[link] += await _token_gaps_us(fe, tokens // rounds, 1)
+    for link, g in gaps.items():
+        print(f"peer_link={link}: round trip median {statistics.median(g):.1f} us "
+              f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}) over {len(g)} tokens")
+    ratio = statistics.median(gaps["zmq"]) / statistics.median(gaps["direct"])
+    print(f"zmq / direct median ratio {ratio:.2f}x (load average {os.getloadavg()[0]:.1f})")
+
+
+class Burner:
+    """`--burn`: one CPU-bound background process for the run (the issue's 'one busy neighbour' setting)."""
+
+    def __init__(self, on: bool) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
+
+    def __enter__(self) -> Burner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _predictor():
@@ -176,17 +199,20 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / handoff")
     ap.add_argument("--window", type=float, default=20.0, help="measurement window per threshold setting (s)")
     ap.add_argument("--warmup", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=4, help="handoff: alternating direct / zmq rounds")
+    ap.add_argument("--burn", action="store_true", help="run one CPU-bound background process meanwhile")
     ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4], help="concurrency levels to validate")
     args = ap.parse_args()
     args.sections = args.sections or list(SECTIONS)
     if unknown := set(args.sections) - set(SECTIONS):
         ap.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
-    if "overhead" in args.sections:
-        asyncio.run(overhead(args.tokens))
-    if "handoff" in args.sections:
-        asyncio.run(handoff(args.tokens))
-    if "thresholds" in args.sections:
-        asyncio.run(thresholds(args.window, args.warmup, args.n))
+    with Burner(args.burn):
+        if "overhead" in args.sections:
+            asyncio.run(overhead(args.tokens))
+        if "handoff" in args.sections:
+            asyncio.run(handoff(args.tokens, args.rounds))
+        if "thresholds" in args.sections:
+            asyncio.run(thresholds(args.window, args.warmup, args.n))
 
 
 if __name__ == "__main__":

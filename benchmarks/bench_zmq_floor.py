@@ -1,4 +1,5 @@
-"""The floor under the hand-off round trip: a bare ZeroMQ PUSH/PULL ping-pong between two Python processes.
+"""The floor under the hand-off round trip: a bare ZeroMQ PUSH/PULL ping-pong between two Python processes,
+next to the same ping-pong over the runtime's direct peer links (tokenrouter/runtime/unix_link.py).
 
     .venv/bin/python benchmarks/bench_zmq_floor.py [--rounds 5000]
 
@@ -11,6 +12,7 @@ runtime's hand-off round trip (`bench_runtime.py handoff`) is two such hops plus
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import time
 
 import zmq
 
+from tokenrouter.runtime import unix_link
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 
 FRAME = b"x" * 64  # about one PeerMessage
@@ -39,6 +42,54 @@ def echo(inbox: str, outbox: str, sink: str | None) -> None:
         if not frame:
             break
     ctx.destroy(linger=1000)
+
+
+def link_echo(path: str) -> None:
+    """Child role over a direct link: send every frame straight back, until an empty frame."""
+    link = unix_link.connect(path)
+    poller = zmq.Poller()
+    poller.register(link.fileno(), zmq.POLLIN)
+    while True:
+        poller.poll()
+        frames = link.recv_frames()
+        for frame in frames:
+            if not frame:
+                link.close()
+                return
+            link.send(frame)
+
+
+def link_ping_pong(rounds: int) -> list[float]:
+    """Round-trip times (us) over a direct unix link, polled like the subserver polls it."""
+    where = private_dir()
+    listener = unix_link.Listener(unix_link.peer_path(str(where), 0))
+    child = subprocess.Popen([sys.executable, __file__, "--role", "link", listener.path])
+    try:
+        poller = zmq.Poller()
+        poller.register(listener.fileno(), zmq.POLLIN)
+        if not poller.poll(10_000):
+            raise RuntimeError("the echo process did not connect within 10 s")
+        [link] = listener.accept()
+        poller.register(link.fileno(), zmq.POLLIN)
+        times = []
+        for i in range(rounds + 500):
+            t0 = time.perf_counter()
+            link.send(FRAME)
+            got: list[bytes] = []
+            while not got:
+                if not poller.poll(10_000):
+                    raise RuntimeError("the echo process did not answer within 10 s")
+                got = link.recv_frames()
+            if i >= 500:
+                times.append((time.perf_counter() - t0) * 1e6)
+        link.send(b"")
+        child.wait(timeout=10)
+        return times
+    finally:
+        if child.poll() is None:
+            child.kill()
+        listener.close()
+        remove_dir(where)
 
 
 def sink(where: str) -> None:
@@ -90,7 +141,7 @@ def ping_pong(rounds: int, with_sink: bool) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5000)
-    ap.add_argument("--role", choices=["echo", "sink"], help=argparse.SUPPRESS)
+    ap.add_argument("--role", choices=["echo", "sink", "link"], help=argparse.SUPPRESS)
     ap.add_argument("endpoints", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.role == "echo":
@@ -99,11 +150,19 @@ def main() -> None:
     if args.role == "sink":
         sink(args.endpoints[0])
         return
-    for with_sink in (False, True):
-        t = ping_pong(args.rounds, with_sink)
-        label = "two processes" if not with_sink else "two processes + a third receiving each round"
-        print(f"{label}: round trip median {statistics.median(t):.1f} us, "
+    if args.role == "link":
+        link_echo(args.endpoints[0])
+        return
+    medians = {}
+    for label, run in (("zmq, two processes", lambda: ping_pong(args.rounds, False)),
+                       ("zmq, two processes + a third receiving each round", lambda: ping_pong(args.rounds, True)),
+                       ("direct unix link, two processes", lambda: link_ping_pong(args.rounds))):
+        t = run()
+        medians[label] = statistics.median(t)
+        print(f"{label}: round trip median {medians[label]:.1f} us, "
               f"p90 {statistics.quantiles(t, n=10)[-1]:.1f} us ({len(t)} rounds)")
+    print(f"zmq / direct ratio {medians['zmq, two processes'] / medians['direct unix link, two processes']:.2f}x "
+          f"(load average {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

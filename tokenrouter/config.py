@@ -137,6 +137,9 @@ class RuntimeConfig:
     max_batch_size: int = 256
     max_step_tokens: int = 8192
     ipc: str = "ipc"  # "ipc" (private temp dir) or "tcp"
+    # ipc mode: subserver-to-subserver hand-offs over "direct" unix stream sockets or "zmq" (the old path, kept
+    # to measure against); tcp mode always uses CURVE-authenticated zmq
+    peer_link: str = "direct"
     host: str = "127.0.0.1"
     # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
     startup_timeout_s: float = 600.0
@@ -157,6 +160,8 @@ class RuntimeConfig:
             raise UserError(f"runtime.policy must be 'thresholds' or 'optimal', got {self.policy!r}")
         if self.ipc not in ("ipc", "tcp"):
             raise UserError(f"runtime.ipc must be 'ipc' or 'tcp', got {self.ipc!r}")
+        if self.peer_link not in ("direct", "zmq"):
+            raise UserError(f"runtime.peer_link must be 'direct' or 'zmq', got {self.peer_link!r}")
 
     @classmethod
     def from_dict(cls, data: Any) -> RuntimeConfig:

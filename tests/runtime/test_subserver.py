@@ -42,6 +42,8 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
         [reply] = decode(small_inbox.recv())
         assert isinstance(reply, PeerMessage) and reply.msg.rid == "r" and reply.sender == 1
     finally:
-        for sock in (small_inbox, frontend_inbox, inbox, sub.to_frontend, *sub.peers.values()):
+        for sock in (small_inbox, frontend_inbox, inbox, sub.to_frontend):
             sock.close(linger=0)
+        for link in sub.peers.values():
+            link.close()
         ctx.term()

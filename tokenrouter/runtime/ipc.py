@@ -152,3 +152,22 @@ def connect_outbox(ctx: zmq.Context, endpoint: str, keys: CurveKeys | None = Non
         sock.curve_serverkey = keys.public.encode()
     sock.connect(endpoint)
     return sock
+
+
+class PushLink:
+    """A PUSH socket behind the same send / flush / backlog interface as a direct unix link, so the subserver
+    sends to a peer without caring which transport reaches it (zmq queues internally: never a backlog)."""
+
+    backlog = False
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self.sock = sock
+
+    def send(self, frame: bytes) -> None:
+        self.sock.send(frame, zmq.NOBLOCK)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.sock.close(linger=0)

@@ -31,7 +31,8 @@ from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, EngineFailure, StepItem
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
-from tokenrouter.runtime.ipc import CurveKeys, bind_inbox, connect_outbox, start_authenticator
+from tokenrouter.runtime import unix_link
+from tokenrouter.runtime.ipc import CurveKeys, PushLink, bind_inbox, connect_outbox, start_authenticator
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
     OUT_LOGITS,
@@ -50,8 +51,10 @@ from tokenrouter.runtime.messages import (
     encode,
 )
 from tokenrouter.runtime.scheduler import Entry, Scheduler
+from tokenrouter.runtime.unix_link import Link, LinkClosed, Listener
 
 IDLE_POLL_MS = 500  # idle wake-up period: notice a dead parent
+BACKLOG_POLL_MS = 1  # a direct link the kernel did not take everything for is retried this often
 ABORT_MEMORY_S = 60.0  # how long an aborted id is remembered (late peer frames for it are dropped)
 STATS_PERIOD_S = 0.02  # counters ride to the front end at most this often (finishes always carry them)
 MEDIAN_PERIOD_S = 0.2  # overhead median recomputed at most this often
@@ -110,7 +113,7 @@ class Counters:
 
 class Subserver:
     def __init__(self, cfg: SubserverConfig, engine: Engine, algo: RoutingAlgorithm, ctx: zmq.Context,
-                 inbox: zmq.Socket, to_frontend: zmq.Socket) -> None:
+                 inbox: zmq.Socket, to_frontend: zmq.Socket, listener: Listener | None = None) -> None:
         self.index = cfg.index
         self.num_models = len(cfg.models)
         spec = ModelSpec.from_dict(cfg.models[cfg.index])
@@ -120,7 +123,11 @@ class Subserver:
         self.ctx = ctx
         self.inbox = inbox
         self.to_frontend = to_frontend
-        self.peers: dict[int, zmq.Socket] = {}
+        self.peers: dict[int, PushLink | Link] = {}
+        self.listener = listener  # direct peer links (ipc mode); None: peers reach us through the zmq inbox
+        self.links_in: list[Link] = []
+        self.where = cfg.where
+        self.poller = zmq.Poller()
         self.keys = cfg.keys
         capacity = engine.tokens_free() + engine.tokens_used()
         self.sched = Scheduler(capacity, spec.page_size, rt.max_batch_size, rt.max_step_tokens,
@@ -137,19 +144,36 @@ class Subserver:
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
     def drain(self) -> None:
+        """Every frame waiting on the front end's zmq inbox and on the peers' direct links."""
         while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            frame = self.inbox.recv(zmq.NOBLOCK)
+            self.on_frame(self.inbox.recv(zmq.NOBLOCK))
+        if self.listener is not None:
+            for link in self.listener.accept():
+                self.links_in.append(link)
+                self.poller.register(link.fileno(), zmq.POLLIN)
+        for link in list(self.links_in):
             try:
-                msgs = decode(frame)
-            except ValueError as exc:  # never die on a frame that is not ours: drop it, say so
-                print(f"subserver {self.engine.name!r}: dropped a {len(frame)}-byte frame: {exc}", file=sys.stderr)
+                frames = link.recv_frames()
+            except LinkClosed:  # a peer exited (its death is the front end's to report)
+                self.poller.unregister(link.fileno())
+                self.links_in.remove(link)
+                link.close()
                 continue
-            for msg in msgs:
-                try:
-                    self.handle(msg)
-                except Exception as exc:  # well-formed but nonsensical (wrong field types): the same
-                    print(f"subserver {self.engine.name!r}: dropped a {type(msg).__name__} message: "
-                          f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            for frame in frames:
+                self.on_frame(frame)
+
+    def on_frame(self, frame: bytes) -> None:
+        try:
+            msgs = decode(frame)
+        except ValueError as exc:  # never die on a frame that is not ours: drop it, say so
+            print(f"subserver {self.engine.name!r}: dropped a {len(frame)}-byte frame: {exc}", file=sys.stderr)
+            return
+        for msg in msgs:
+            try:
+                self.handle(msg)
+            except Exception as exc:  # well-formed but nonsensical (wrong field types): the same
+                print(f"subserver {self.engine.name!r}: dropped a {type(msg).__name__} message: "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
     def handle(self, msg: Message) -> None:
         now = time.perf_counter()
@@ -164,7 +188,7 @@ class Subserver:
         elif isinstance(msg, Peers):
             for i, endpoint in enumerate(msg.endpoints):
                 if i != self.index and i not in self.peers:
-                    self.peers[i] = connect_outbox(self.ctx, endpoint, self.keys)
+                    self.peers[i] = self.connect_peer(i, endpoint)
         elif isinstance(msg, Abort):
             self.aborted[msg.rid] = now
             self.drop(msg.rid)
@@ -174,6 +198,13 @@ class Subserver:
             self.counters.seq = msg.seq
             self._stats_dirty = True
             self._stats_sent = float("-inf")  # answer with this iteration's flush
+
+    def connect_peer(self, index: int, endpoint: str) -> PushLink | Link:
+        """A direct unix link to the peer's listener in ipc mode (unless runtime.peer_link=zmq), else a zmq
+        PUSH to its inbox (tcp: CURVE-authenticated)."""
+        if self.listener is not None:
+            return unix_link.connect(unix_link.peer_path(self.where, index))
+        return PushLink(connect_outbox(self.ctx, endpoint, self.keys))
 
     def admit(self, e: Entry, now: float) -> None:
         error = self.sched.add(e, now)
@@ -302,11 +333,14 @@ class Subserver:
     def flush(self, now: float) -> None:
         waiting: dict[int, list[Message]] = {}
         for peer, msgs in self._outbox.items():
-            sock = self.peers.get(peer)
-            if sock is None:  # a peer's hand-off can overtake the front end's Peers message (another
+            link = self.peers.get(peer)
+            if link is None:  # a peer's hand-off can overtake the front end's Peers message (another
                 waiting[peer] = msgs  # connection): answer it once Peers is here, which wakes this loop
                 continue
-            sock.send(encode(msgs), zmq.NOBLOCK)
+            try:
+                link.send(encode(msgs))
+            except LinkClosed:  # the peer is gone; the front end sees it die and fails its requests
+                pass
         self._outbox = waiting
         r = self._report
         if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
@@ -322,9 +356,21 @@ class Subserver:
 
     # ---- loop ----------------------------------------------------------------------------------------------
 
+    def flush_backlogs(self) -> bool:
+        """Write what the kernel did not take last time to each direct link; True while some remains."""
+        pending = False
+        for link in self.peers.values():
+            if link.backlog:
+                with contextlib.suppress(LinkClosed):
+                    link.flush()
+                pending = pending or link.backlog
+        return pending
+
     def run(self) -> None:
-        poller = zmq.Poller()
+        poller = self.poller
         poller.register(self.inbox, zmq.POLLIN)
+        if self.listener is not None:
+            poller.register(self.listener.fileno(), zmq.POLLIN)
         while not self.stopping:
             start = time.perf_counter()
             self.drain()
@@ -342,6 +388,8 @@ class Subserver:
             now = time.perf_counter()
             due = [t for t in (self.sched.wait_timeout(now), self._stats_due_in(now)) if t is not None]
             timeout_ms = min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
+            if self.flush_backlogs():
+                timeout_ms = min(timeout_ms, BACKLOG_POLL_MS)
             if not poller.poll(timeout_ms):
                 self.housekeeping(time.perf_counter())
 
@@ -398,9 +446,11 @@ def main(blob: bytes) -> None:
         algo.bind(engine)
         profile = _startup_profile(cfg, spec, engine, RuntimeConfig.from_dict(cfg.runtime))
         inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}", keys)
+        direct = cfg.transport == "ipc" and RuntimeConfig.from_dict(cfg.runtime).peer_link == "direct"
+        listener = Listener(unix_link.peer_path(cfg.where, cfg.index)) if direct else None
         ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
         to_frontend.send(encode([ready]))
-        Subserver(cfg, engine, algo, ctx, inbox, to_frontend).run()
+        Subserver(cfg, engine, algo, ctx, inbox, to_frontend, listener).run()
     except SystemExit:
         pass
     except BaseException as exc:  # report why, then exit non-zero

@@ -1,0 +1,145 @@
+"""Direct subserver-to-subserver links for `runtime.ipc=ipc`: AF_UNIX stream sockets, length-prefixed frames.
+
+Why not ZeroMQ on this one path: a hand-off is on the critical path of every routed token, and a zmq ipc://
+frame wakes the sender's I/O thread, the receiver's I/O thread and then the receiver, three scheduling
+delays on a machine whose cores are busy with model steps. A plain socket written from the loop and polled
+by the receiver costs one wake-up: `benchmarks/bench_zmq_floor.py` measures both ping-pongs side by side.
+Stream sockets rather than SOCK_SEQPACKET because a frame (a first contact carrying a long prompt) may be
+larger than a socket buffer. Security is that of ipc://: the socket files live in the run's private 0700
+directory. Links to the front end, and every link in tcp mode (CURVE-authenticated), stay on ZeroMQ.
+
+A send never blocks the event loop: what the kernel does not take is kept in order and written on the next
+`flush()`; the loop polls more often while a backlog remains (`backlog`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+
+HEADER = struct.Struct("<I")  # frame length, little-endian
+MAX_FRAME = 1 << 30  # a header claiming more than this is not ours: the link is closed
+_READ_CHUNK = 1 << 16
+
+
+def peer_path(where: str, index: int) -> str:
+    """The listening socket of model `index` in the run's private directory."""
+    return os.path.join(where, f"model{index}.peers")
+
+
+class LinkClosed(Exception):
+    """The other end went away (or sent something that is not a frame)."""
+
+
+class Link:
+    """One connected stream socket: `send()` frames out, `recv_frames()` complete frames in."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self._out = bytearray()
+        self._in = bytearray()
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    @property
+    def backlog(self) -> bool:
+        return bool(self._out)
+
+    def send(self, frame: bytes) -> None:
+        """Queue `frame` and write as much as the kernel takes now (frames keep their order)."""
+        self._out += HEADER.pack(len(frame))
+        self._out += frame
+        self.flush()
+
+    def flush(self) -> None:
+        while self._out:
+            try:
+                sent = self.sock.send(self._out)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # the peer is gone: what it would have received is moot
+                self._out.clear()
+                raise LinkClosed(str(exc)) from None
+            del self._out[:sent]
+
+    def recv_frames(self) -> list[bytes]:
+        """Every complete frame readable now; LinkClosed once the peer has closed (after its last frames)."""
+        closed = False
+        while True:
+            try:
+                data = self.sock.recv(_READ_CHUNK)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                closed = True
+                break
+            if not data:
+                closed = True
+                break
+            self._in += data
+        frames = self._frames()
+        if closed and not frames:
+            raise LinkClosed("the peer closed the link")
+        return frames
+
+    def _frames(self) -> list[bytes]:
+        frames = []
+        while len(self._in) >= HEADER.size:
+            (size,) = HEADER.unpack_from(self._in)
+            if size > MAX_FRAME:
+                self._in.clear()
+                raise LinkClosed(f"a frame header claims {size} bytes")
+            end = HEADER.size + size
+            if len(self._in) < end:
+                break
+            frames.append(bytes(self._in[HEADER.size:end]))
+            del self._in[:end]
+        return frames
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class Listener:
+    """The listening socket peers connect to; `accept()` returns the links that arrived since last time."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(path)
+        self.sock.listen(64)
+        self.sock.setblocking(False)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def accept(self) -> list[Link]:
+        links = []
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return links
+            links.append(Link(conn))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def connect(path: str) -> Link:
+    """A link to the listener at `path` (which exists: its subserver reported Ready before Peers was sent)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    return Link(sock)
