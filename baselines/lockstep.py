@@ -262,7 +262,7 @@ class LockstepSystem(ServingSystem):
         engine, algo = self.engines[m], self.algorithms[m]
         views = [a.views[m] for a in rows]
         items = [StepItem(a.rid, v.tokens[a.fed[m]:], v.sampling) for a, v in zip(rows, views, strict=True)]
-        out = engine.step(items)
+        out = engine.step(items, algo.needs.step_outputs)
         for a, v in zip(rows, views, strict=True):
             a.fed[m] = v.seq_len
         self._stats[m].steps += 1

@@ -33,28 +33,19 @@ import torch
 
 from baselines.model_servers import KINDS, ModelServer, launch_sglang, launch_tokenrouter
 from tokenrouter import handoff
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir, remove_dir
 from tokenrouter.system import ServingSystem, SystemSetup
 
-# What each algorithm's route() reads from a step besides the sampled tokens (for `auto`); an algorithm not
-# listed gets both, which is always correct, only slower.
-STEP_OUTPUTS: dict[str, tuple[bool, bool]] = {  # name -> (logits, hidden states)
-    "stay": (False, False),
-    "bernoulli": (False, False),
-    "ensemble": (False, False),
-    "rstitch": (True, False),
-}
-
 
 @dataclass
 class StdServingOptions:
     server: str = "tokenrouter"  # tokenrouter | sglang
     prefix_cache_tokens: int = 1 << 18  # per tokenrouter server; 0 = off (every token re-prefills the prefix)
-    return_logits: bool | str = "auto"  # auto: what the algorithm needs (STEP_OUTPUTS)
+    return_logits: bool | str = "auto"  # auto: what the algorithm declares it reads (its `needs.step_outputs`)
     return_hidden_states: bool | str = "auto"
     startup_timeout_s: float = 300.0
     request_timeout_s: float = 600.0
@@ -70,9 +61,10 @@ class StdServingOptions:
                 raise UserError(f"system std_serving: {name} must be true, false or auto")
 
     def outputs(self, algorithm: str) -> tuple[bool, bool]:
-        need = STEP_OUTPUTS.get(algorithm, (True, True))
-        logits = need[0] if self.return_logits == "auto" else bool(self.return_logits)
-        hidden = need[1] if self.return_hidden_states == "auto" else bool(self.return_hidden_states)
+        """(ask the servers for logits, for hidden states) for the named algorithm."""
+        need = algorithm_class(algorithm).needs.step_outputs
+        logits = "logits" in need if self.return_logits == "auto" else bool(self.return_logits)
+        hidden = "hidden" in need if self.return_hidden_states == "auto" else bool(self.return_hidden_states)
         return logits, hidden
 
 

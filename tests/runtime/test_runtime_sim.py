@@ -246,6 +246,5 @@ def test_auto_thresholds_retune_from_measured_routing_rates(monkeypatch) -> None
     route, commit = preset_for_algorithm("bernoulli", {"route_prob": p})
     expected = auto_thresholds(route, commit, [sim_latency(SMALL.sim), sim_latency(LARGE.sim)], 6)
     assert table == [make_feasible(expected[n], n) for n in range(1, 7)]
-    models = [SMALL, LARGE]
-    assert rates_are_measured(models, AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}))
-    assert not rates_are_measured(models, AlgorithmSpec("bernoulli", {"route_prob": 0.35}))  # no re-tune
+    assert rates_are_measured(AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}))
+    assert not rates_are_measured(AlgorithmSpec("bernoulli", {"route_prob": 0.35}))  # no re-tune

@@ -28,7 +28,7 @@ from tokenrouter import handoff
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
-from tokenrouter.engine.base import Engine, EngineFailure, StepItem
+from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutputName, StepOutputs
 from tokenrouter.errors import UserError
 from tokenrouter.runtime.ipc import CurveKeys, bind_inbox, connect_outbox, start_authenticator
 from tokenrouter.runtime.messages import (
@@ -132,6 +132,7 @@ class Subserver:
         self._stats_dirty = False
         self._stats_sent = 0.0
         self._outbox: dict[int, list[Message]] = {}
+        self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
 
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
@@ -217,7 +218,7 @@ class Subserver:
         t0 = time.perf_counter()
         self.counters.wait_s += sum(t0 - e.since for e in batch)
         try:
-            out = self.engine.step(items)
+            out = self.engine.step(items, self.outputs_for(batch))
             reqs = [e.req for e in batch]
             dests = self.algo.route(StepResult(self.index, reqs, out.next_tokens, out.logits, out.hidden))
             if len(dests) != len(batch) or any(not 0 <= d < self.num_models for d in dests):
@@ -248,6 +249,16 @@ class Subserver:
                 self.sched.make_ready(e, now)
             else:
                 self.hand_off(e, settled.peer)
+
+    def outputs_for(self, batch: list[Entry]) -> StepOutputs:
+        """What this step must return: what the algorithm reads, plus what a finishing request's client asked
+        for (`RequestMeta.outputs`: Std. Serving's dispatcher, /generate's return_logits)."""
+        asked = 0
+        for e in batch:
+            asked |= e.meta.outputs
+        if not asked:
+            return self.step_outputs
+        return self.step_outputs | {name for bit, name in _OUTPUT_BITS if asked & bit}
 
     def isolate(self, batch: list[Entry], kv_before: list[int], error: str) -> None:
         """After a failed step: roll every member's KV back to where it was and step each one alone, so only
@@ -347,6 +358,9 @@ class Subserver:
             self.stopping = True  # the front end died without telling us
         for rid in [r for r, t in self.aborted.items() if now - t > ABORT_MEMORY_S]:
             del self.aborted[rid]
+
+
+_OUTPUT_BITS: tuple[tuple[int, StepOutputName], ...] = ((OUT_LOGITS, "logits"), (OUT_HIDDEN, "hidden"))
 
 
 def _row(values: Any, row: int, wanted: int) -> list[float] | None:
