@@ -38,6 +38,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.results import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir, remove_dir
+from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
 
 
@@ -66,6 +67,15 @@ class StdServingOptions:
         logits = "logits" in need if self.return_logits == "auto" else bool(self.return_logits)
         hidden = "hidden" in need if self.return_hidden_states == "auto" else bool(self.return_hidden_states)
         return logits, hidden
+
+
+@dataclass
+class StdServingModelStats(ModelCounters):
+    """Per model: the shared counters plus the per-token cost breakdown (ms per dispatcher step) and the
+    server's own counters (our servers only)."""
+
+    per_token_ms: dict[str, float] | None = None
+    server: dict[str, float] | None = None
 
 
 @dataclass
@@ -307,13 +317,8 @@ class StdServingSystem(ServingSystem):
         for i, name in enumerate(self.model_names):
             t = self._timing[i]
             server = self._server_stats(i)
-            models[name] = {
-                "steps": t.steps,
-                "tokens_committed": self._committed[i],
-                "handoffs_sent": self._handoffs[i],
-                "per_token_ms": _breakdown(t, server),
-                "server": server,
-            }
+            models[name] = StdServingModelStats(t.steps, self._committed[i], self._handoffs[i],
+                                                _breakdown(t, server), server).to_dict()
         return {"system": "std_serving", "server": self.opts.server, "prefix_cache_tokens":
                 self.opts.prefix_cache_tokens, "models": models}
 

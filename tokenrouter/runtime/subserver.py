@@ -49,6 +49,7 @@ from tokenrouter.runtime.messages import (
     encode,
 )
 from tokenrouter.runtime.scheduler import Entry, Scheduler
+from tokenrouter.stats import SubserverCounters
 
 IDLE_POLL_MS = 500  # idle wake-up period: notice a dead parent
 ABORT_MEMORY_S = 60.0  # how long an aborted id is remembered (late peer frames for it are dropped)
@@ -98,13 +99,13 @@ class Counters:
         self._overhead_p50 = 0.0
         self._computed_at = 0.0
 
-    def snapshot(self, now: float) -> dict[str, Any]:
+    def snapshot(self, now: float, occupancy: dict[str, int]) -> SubserverCounters:
+        """The counters as reported, with the scheduler's `occupancy()` (requests waiting, KV reserved)."""
         if self.overhead_us and now - self._computed_at >= MEDIAN_PERIOD_S:
             self._overhead_p50 = statistics.median(self.overhead_us)
             self._computed_at = now
-        return {"steps": self.steps, "batch_total": self.batch_total, "committed": self.committed,
-                "handoffs": self.handoffs, "routes": self.routes, "step_s": self.step_s, "wait_s": self.wait_s,
-                "overhead_us_p50": self._overhead_p50, "seq": self.seq}
+        return SubserverCounters(self.steps, self.batch_total, self.committed, self.handoffs, self.routes,
+                                 self.step_s, self.wait_s, self._overhead_p50, self.seq, **occupancy)
 
 
 class Subserver:
@@ -318,7 +319,7 @@ class Subserver:
         self._outbox = waiting
         r = self._report
         if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
-            r.stats = {**self.counters.snapshot(now), **self.sched.occupancy()}
+            r.stats = asdict(self.counters.snapshot(now, self.sched.occupancy()))
             self._stats_dirty = False
             self._stats_sent = now
         if r.chunks or r.finishes or r.failures or r.stats:
