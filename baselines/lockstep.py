@@ -31,7 +31,7 @@ from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.admission import KVBudget
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup

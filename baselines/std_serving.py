@@ -36,7 +36,7 @@ from tokenrouter import handoff
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir, remove_dir
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
@@ -245,7 +245,7 @@ class StdServingSystem(ServingSystem):
         views[0] = RouterRequest(rid, list(req.prompt_ids), [], req.max_new_tokens, req.sampling, req.seed)
         stop = set(self.eos_ids if req.stop_token_ids is None else req.stop_token_ids)
         per_model = [0] * len(self.specs)
-        at, hops, first_token, reason = 0, 0, None, ""
+        at, handoffs, first_token, reason = 0, 0, None, ""
         commits: list[tuple[float, int, str]] = []
         while not reason:
             t0, src = time.perf_counter(), at
@@ -266,7 +266,7 @@ class StdServingSystem(ServingSystem):
             reason = settled.finish
             if settled.peer is not None:
                 views[dest], _ = handoff.deliver(algo, self.algorithms[dest], view, views[dest])  # no KV here
-                hops += 1
+                handoffs += 1
                 self._handoffs[at] += 1
                 at = dest
             t2 = time.perf_counter()
@@ -275,7 +275,7 @@ class StdServingSystem(ServingSystem):
         assert done is not None
         return GenerationResult(
             index=req.index, prompt_ids=list(req.prompt_ids), output_ids=list(done.output_ids), finish_reason=reason,
-            tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=hops,
+            tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=handoffs,
             arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(), commits=commits,
         )
 

@@ -15,10 +15,10 @@ from baselines.lockstep import LockstepSystem
 from baselines.std_serving import StdServingSystem
 from tokenrouter.api import algorithm_class
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
-from tokenrouter.results import GenerationRequest, GenerationResult
-from tokenrouter.runtime import auto
-from tokenrouter.runtime.auto import rates_are_measured
+from tokenrouter.generation import GenerationRequest, GenerationResult
+from tokenrouter.runtime import threshold_planner
 from tokenrouter.runtime.frontend import TokenRouterFrontend
+from tokenrouter.runtime.threshold_planner import rates_are_measured
 
 from .conftest import user_algorithms_importable
 
@@ -39,8 +39,8 @@ def _specs(tmp_path: Path) -> list[ModelSpec]:
 
 
 def test_declared_algorithm_runs_with_auto_thresholds_and_on_std_serving(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(auto, "RETUNE_AT", (100,))
-    monkeypatch.setattr(auto, "RETUNE_POLL_S", 0.05)
+    monkeypatch.setattr(threshold_planner, "RETUNE_AT", (100,))
+    monkeypatch.setattr(threshold_planner, "RETUNE_POLL_S", 0.05)
     monkeypatch.syspath_prepend(str(HERE))  # the planner child and the dispatcher import the algorithm too
     specs = _specs(tmp_path)
     reqs = [GenerationRequest([4 + i, 9, 30 + i, 2 * i + 5], max_new_tokens=16, seed=i, index=i) for i in range(12)]

@@ -12,7 +12,7 @@ import zmq
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.runtime import frontend as frontend_module
 from tokenrouter.runtime.frontend import RequestError, RuntimeFailure
 

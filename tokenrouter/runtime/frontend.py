@@ -27,8 +27,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
 from tokenrouter.engine.loader import check_source, check_tp
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
-from tokenrouter.runtime.auto import AutoThresholds, workload_context
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.messages import (
     INT64_MAX,
     INT64_MIN,
@@ -45,6 +44,7 @@ from tokenrouter.runtime.messages import (
     encode,
 )
 from tokenrouter.runtime.supervisor import RuntimeFailure, Subservers
+from tokenrouter.runtime.threshold_planner import AutoThresholds, workload_context
 from tokenrouter.runtime.thresholds import ThresholdTable
 from tokenrouter.stats import RuntimeModelStats, RuntimeStats, SubserverCounters
 from tokenrouter.system import ServingSystem
@@ -370,10 +370,10 @@ class TokenRouterFrontend(ServingSystem):
             flight = self._flights.get(rid)
             if flight is not None:
                 flight.extra.update({"logits": logits, "hidden": hidden})
-        for rid, reason, length, hops in msg.finishes:
+        for rid, reason, length, handoffs in msg.finishes:
             flight = self._flights.get(rid)
             if flight is not None:
-                flight.final = (reason, length, hops)
+                flight.final = (reason, length, handoffs)
                 self._maybe_finish(flight, now)
         for rid, error in msg.failures:
             flight = self._flights.pop(rid, None)
@@ -383,7 +383,7 @@ class TokenRouterFrontend(ServingSystem):
 
     def _maybe_finish(self, flight: _Flight, now: float) -> None:
         assert flight.final is not None
-        reason, length, hops = flight.final
+        reason, length, handoffs = flight.final
         if len(flight.output) < length:
             return  # a chunk from another model is still on its way
         del self._flights[flight.rid]
@@ -392,7 +392,7 @@ class TokenRouterFrontend(ServingSystem):
         result = GenerationResult(
             index=req.index, prompt_ids=list(req.prompt_ids), output_ids=flight.output[:length],
             finish_reason=reason, tokens_per_model=dict(zip(self.model_names, flight.per_model, strict=True)),
-            handoffs=hops, arrival_s=flight.arrival, first_token_s=flight.first_token, finish_s=now,
+            handoffs=handoffs, arrival_s=flight.arrival, first_token_s=flight.first_token, finish_s=now,
             extra=flight.extra, commits=flight.commits,
         )
         if flight.events is not None:

@@ -191,14 +191,14 @@ class Subserver:
             if pm.meta is None or msg.rid in self.aborted:
                 return  # a request this model never had, or one the client aborted
             req = handoff.first_contact(msg, pm.meta.max_new_tokens, pm.meta.sampling, pm.meta.seed)
-            e = Entry(req, pm.meta, hops=pm.hops, stop_ids=frozenset(pm.meta.stop_ids))
+            e = Entry(req, pm.meta, handoffs=pm.handoffs, stop_ids=frozenset(pm.meta.stop_ids))
             handoff.receive(self.algo, msg, req, pm.sender)
             self.admit(e, now)  # on failure the sender is told to release it too
             return
         valid = handoff.receive(self.algo, msg, e.req, pm.sender)
         if self.engine.seq_len(msg.rid) > valid:
             self.engine.truncate(msg.rid, valid)
-        e.hops = pm.hops
+        e.handoffs = pm.handoffs
         self.sched.make_ready(e, now)
 
     # ---- stage 2: schedule and step ------------------------------------------------------------------------
@@ -281,15 +281,15 @@ class Subserver:
         self.counters.committed += 1
 
     def finish(self, e: Entry, reason: str) -> None:
-        self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.hops))
+        self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.handoffs))
         self.drop(e.req.rid)
 
     def hand_off(self, e: Entry, dest: int) -> None:
         out = handoff.hand_off(self.algo, e.req, dest)
-        e.hops += 1
+        e.handoffs += 1
         self.counters.handoffs += 1
         self.sched.pend(e)
-        self._outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.hops,
+        self._outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.handoffs,
                                                              e.meta if out.first else None))
 
     def drop(self, rid: str, unregistered: Entry | None = None) -> None:
@@ -300,7 +300,7 @@ class Subserver:
             return
         for peer in e.req.peer_seen:
             release = PeerRequest(rid, 0, [], len(e.req.prompt_ids), finished=True)
-            self._outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.hops))
+            self._outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.handoffs))
 
     def fail(self, rid: str, error: str, unregistered: Entry | None = None) -> None:
         self._report.failures.append((rid, error))

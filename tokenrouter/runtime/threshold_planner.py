@@ -191,7 +191,7 @@ class AutoThresholds:
 
 
 def main() -> None:
-    """`python -m tokenrouter.runtime.auto`: plan_thresholds in a child process (JSON on stdin and stdout), so
+    """`python -m tokenrouter.runtime.threshold_planner`: plan_thresholds in a child process (JSON on stdin and stdout), so
     that a re-tune while serving never holds the front end's GIL, at low CPU priority."""
     os.nice(10)
     job = json.load(sys.stdin)
@@ -206,10 +206,10 @@ async def plan_in_child(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n
                         measured: list[dict[str, Any] | None] | None,
                         routes: list[list[int]] | None,
                         context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
-    """plan_thresholds run by `python -m tokenrouter.runtime.auto` (killed if the caller is cancelled)."""
+    """plan_thresholds run by `python -m tokenrouter.runtime.threshold_planner` (killed if the caller is cancelled)."""
     job = {"models": [m.to_dict() for m in models], "algorithm": {"name": algorithm.name, **algorithm.params},
            "max_n": max_n, "measured": measured, "routes": routes, "context_tokens": context_tokens}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tokenrouter.runtime.auto",
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tokenrouter.runtime.threshold_planner",
                                                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE, env=child_env())
     try:
