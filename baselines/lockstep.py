@@ -32,8 +32,9 @@ from tokenrouter.engine.factory import build_engine, close_engines, prepare_mode
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.admission import KVBudget
+from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
 
 
@@ -59,16 +60,13 @@ class _Active:
 
 
 @dataclass
-class _ModelStats:
-    steps: int = 0
-    rows: int = 0
-    tokens_committed: int = 0
-    handoffs_sent: int = 0
+class _ModelStats(ModelCounters):
+    rows: int = 0  # requests summed over steps: recorded as their mean per step
 
-    def as_dict(self) -> dict[str, Any]:
-        mean = self.rows / self.steps if self.steps else 0.0
-        return {"steps": self.steps, "mean_batch_size": mean, "tokens_committed": self.tokens_committed,
-                "handoffs_sent": self.handoffs_sent}
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["mean_batch_size"] = out.pop("rows") / self.steps if self.steps else 0.0
+        return out
 
 
 class LockstepSystem(ServingSystem):
@@ -150,7 +148,7 @@ class LockstepSystem(ServingSystem):
 
     def stats(self) -> dict:
         return {"system": "lockstep",
-                "models": {name: s.as_dict() for name, s in zip(self.model_names, self._stats, strict=True)}}
+                "models": {name: s.to_dict() for name, s in zip(self.model_names, self._stats, strict=True)}}
 
     # -- driver (its own thread: engine steps never block the event loop) -----------------------------
     def _drive(self) -> None:
@@ -265,7 +263,7 @@ class LockstepSystem(ServingSystem):
         items = [StepItem(a.rid, v.tokens[a.fed[m]:], v.sampling,
                           banned_ids=banned_ids(v.position, v.min_new_tokens, self._stop_ids(a)))
                  for a, v in zip(rows, views, strict=True)]
-        out = engine.step(items)
+        out = engine.step(items, algo.needs.step_outputs)
         for a, v in zip(rows, views, strict=True):
             a.fed[m] = v.seq_len
         self._stats[m].steps += 1

@@ -57,7 +57,7 @@ from tokenrouter.algorithms.checkpoints import check_router
 from tokenrouter.algorithms.router_sources import resolve_router
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.system import ServingSystem, SystemSetup
 
 PINNED_COMMIT = "14994a0"  # last commit before 3f33652 added random 10% routing to slm_server.py

@@ -34,7 +34,7 @@ from baselines.routellm_metrics import apgr, cpt
 from baselines.single import single_model_system
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.system import ServingSystem, SystemSetup
 
 log = logging.getLogger(__name__)

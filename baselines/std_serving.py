@@ -33,28 +33,20 @@ import torch
 
 from baselines.model_servers import KINDS, ModelServer, launch_sglang, launch_tokenrouter
 from tokenrouter import handoff
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir, remove_dir
+from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
-
-# What each algorithm's route() reads from a step besides the sampled tokens (for `auto`); an algorithm not
-# listed gets both, which is always correct, only slower.
-STEP_OUTPUTS: dict[str, tuple[bool, bool]] = {  # name -> (logits, hidden states)
-    "stay": (False, False),
-    "bernoulli": (False, False),
-    "ensemble": (False, False),
-    "rstitch": (True, False),
-}
 
 
 @dataclass
 class StdServingOptions:
     server: str = "tokenrouter"  # tokenrouter | sglang
     prefix_cache_tokens: int = 1 << 18  # per tokenrouter server; 0 = off (every token re-prefills the prefix)
-    return_logits: bool | str = "auto"  # auto: what the algorithm needs (STEP_OUTPUTS)
+    return_logits: bool | str = "auto"  # auto: what the algorithm declares it reads (its `needs.step_outputs`)
     return_hidden_states: bool | str = "auto"
     startup_timeout_s: float = 300.0
     request_timeout_s: float = 600.0
@@ -70,10 +62,20 @@ class StdServingOptions:
                 raise UserError(f"system std_serving: {name} must be true, false or auto")
 
     def outputs(self, algorithm: str) -> tuple[bool, bool]:
-        need = STEP_OUTPUTS.get(algorithm, (True, True))
-        logits = need[0] if self.return_logits == "auto" else bool(self.return_logits)
-        hidden = need[1] if self.return_hidden_states == "auto" else bool(self.return_hidden_states)
+        """(ask the servers for logits, for hidden states) for the named algorithm."""
+        need = algorithm_class(algorithm).needs.step_outputs
+        logits = "logits" in need if self.return_logits == "auto" else bool(self.return_logits)
+        hidden = "hidden" in need if self.return_hidden_states == "auto" else bool(self.return_hidden_states)
         return logits, hidden
+
+
+@dataclass
+class StdServingModelStats(ModelCounters):
+    """Per model: the shared counters plus the per-token cost breakdown (ms per dispatcher step) and the
+    server's own counters (our servers only)."""
+
+    per_token_ms: dict[str, float] | None = None
+    server: dict[str, float] | None = None
 
 
 @dataclass
@@ -244,7 +246,7 @@ class StdServingSystem(ServingSystem):
                                  min_new_tokens=req.min_new_tokens)
         stop = set(self.eos_ids if req.stop_token_ids is None else req.stop_token_ids)
         per_model = [0] * len(self.specs)
-        at, hops, first_token, reason = 0, 0, None, ""
+        at, handoffs, first_token, reason = 0, 0, None, ""
         commits: list[tuple[float, int, str]] = []
         while not reason:
             t0, src = time.perf_counter(), at
@@ -265,7 +267,7 @@ class StdServingSystem(ServingSystem):
             reason = settled.finish
             if settled.peer is not None:
                 views[dest], _ = handoff.deliver(algo, self.algorithms[dest], view, views[dest])  # no KV here
-                hops += 1
+                handoffs += 1
                 self._handoffs[at] += 1
                 at = dest
             t2 = time.perf_counter()
@@ -274,7 +276,7 @@ class StdServingSystem(ServingSystem):
         assert done is not None
         return GenerationResult(
             index=req.index, prompt_ids=list(req.prompt_ids), output_ids=list(done.output_ids), finish_reason=reason,
-            tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=hops,
+            tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=handoffs,
             arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(), commits=commits,
         )
 
@@ -318,13 +320,8 @@ class StdServingSystem(ServingSystem):
         for i, name in enumerate(self.model_names):
             t = self._timing[i]
             server = self._server_stats(i)
-            models[name] = {
-                "steps": t.steps,
-                "tokens_committed": self._committed[i],
-                "handoffs_sent": self._handoffs[i],
-                "per_token_ms": _breakdown(t, server),
-                "server": server,
-            }
+            models[name] = StdServingModelStats(t.steps, self._committed[i], self._handoffs[i],
+                                                _breakdown(t, server), server).to_dict()
         return {"system": "std_serving", "server": self.opts.server, "prefix_cache_tokens":
                 self.opts.prefix_cache_tokens, "models": models}
 

@@ -28,9 +28,9 @@ import sys
 import time
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
-from tokenrouter.results import GenerationRequest
-from tokenrouter.runtime.auto import auto_table
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.runtime.frontend import TokenRouterFrontend
+from tokenrouter.runtime.threshold_planner import auto_table
 from tokenrouter.runtime.thresholds import ThresholdTable
 
 PAPER_LATENCIES_MS = (6.0, 27.9)

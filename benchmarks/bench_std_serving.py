@@ -22,7 +22,7 @@ import time
 
 from baselines.std_serving import StdServingOptions, StdServingSystem
 from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 
 MODELS = {
     "tiny-random": [{"name": "small", "source": "tiny-random:small"}, {"name": "large", "source": "tiny-random:large"}],

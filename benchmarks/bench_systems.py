@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from evals.report import systems_comparison, to_markdown
-from evals.results import load_results
 from evals.runs_table import STEADY
+from evals.store import load_results
 from tokenrouter.cli import main as tokenrouter
 
 

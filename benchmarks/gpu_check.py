@@ -25,8 +25,8 @@ import torch
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import StepItem
 from tokenrouter.engine.factory import build_engine, close_engines
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.models.tiny_random import save_random_decoder
-from tokenrouter.results import GenerationRequest
 
 PROMPTS = [[5, 17, 33, 8], [2, 9, 40, 41, 7, 3, 88, 12, 19], [60, 61, 62]]
 NEW_TOKENS = 24

@@ -38,7 +38,7 @@ from tokenrouter.config import ModelSpec, model_specs, plain, seed_value
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.system import ServingSystem
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""What the demo concludes from its runs table (`evals.results.load_results`): the summary table, the
+"""What the demo concludes from its runs table (`evals.store.load_results`): the summary table, the
 TokenRouter-vs-lockstep pairs behind its Table 3, and whether token-level routing dominates query-level
 routing on the accuracy/throughput frontier.
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:  # importing it at run time would pull in torch for a table of numbers
-    from tokenrouter.results import GenerationResult
+    from tokenrouter.generation import GenerationResult
 
 
 def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:

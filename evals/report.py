@@ -1,4 +1,4 @@
-"""Reports from a table of runs (`evals.results.load_results`): Table 3, the Pareto plot, threshold validation,
+"""Reports from a table of runs (`evals.store.load_results`): Table 3, the Pareto plot, threshold validation,
 the ablation table, the concurrency plot and query-level routing metrics.
 
 Each report is written only when the runs hold what it needs (e.g. Table 3 needs TokenRouter and an R2R

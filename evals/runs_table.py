@@ -1,4 +1,4 @@
-"""The runs table (`evals.results.load_results`) as every report reads it: its column names, which runs belong
+"""The runs table (`evals.store.load_results`) as every report reads it: its column names, which runs belong
 to an experiment, and how a run or a model pair is labelled. Shared by the tables (`evals.report`) and the
 figures (`evals.plots`), so neither imports the other's helpers.
 """

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from evals import demo_summary as ds
-from evals.results import load_results
+from evals.store import load_results
 from tokenrouter.cli import demo, main
 from tokenrouter.cli.hydra_config import compose
 from tokenrouter.config import model_specs

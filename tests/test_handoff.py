@@ -91,7 +91,7 @@ def _run(algos: list[RoutingAlgorithm], seed: int, max_new: int) -> tuple[Router
     views: list[RouterRequest | None] = [RouterRequest("r", [1, 2, 3], max_new_tokens=max_new, seed=seed)]
     views += [None] * (len(algos) - 1)
     streamed: dict[int, int] = {}  # output index -> token, as the front end assembles a stream
-    at = hops = 0
+    at = handoffs = 0
     while True:
         view = views[at]
         assert view is not None
@@ -102,7 +102,7 @@ def _run(algos: list[RoutingAlgorithm], seed: int, max_new: int) -> tuple[Router
             assert len(view.output_ids) - 1 not in streamed, "a committed token was committed again"
             streamed[len(view.output_ids) - 1] = view.output_ids[-1]
         if settled.finish:
-            return view, [streamed[i] for i in range(len(streamed))], hops
+            return view, [streamed[i] for i in range(len(streamed))], handoffs
         if settled.peer is None:
             continue
         dest = settled.peer
@@ -114,7 +114,7 @@ def _run(algos: list[RoutingAlgorithm], seed: int, max_new: int) -> tuple[Router
                 other = views[y]
                 assert other is not None and seen <= other.seq_len and x.tokens[:seen] == other.tokens[:seen]
         at = dest
-        hops += 1
+        handoffs += 1
 
 
 @pytest.mark.parametrize("names", [NAMES, ["a", "b", "c"]])
@@ -122,9 +122,9 @@ def test_overridden_send_and_receive_keep_every_view_consistent(names: list[str]
     algos: list[RoutingAlgorithm] = [Resend(i, names) for i in range(len(names))]
     hand_offs = 0
     for seed in range(40):
-        final, streamed, hops = _run(algos, seed, 24)
+        final, streamed, handoffs = _run(algos, seed, 24)
         assert final.output_ids == streamed and len(streamed) == 24
-        hand_offs += hops
+        hand_offs += handoffs
     assert hand_offs > 200
 
 

@@ -17,9 +17,9 @@ import importlib
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from tokenrouter.engine.base import Engine, SamplingParams
+from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, SamplingParams, StepOutputs
 from tokenrouter.errors import UserError
 
 if TYPE_CHECKING:  # torch only for annotations: sim-engine subservers start without importing it
@@ -108,10 +108,36 @@ class PeerRequest:
         return cls(d["rid"], d["loc"], list(d["ids"]), d["plen"], d["fin"], dict(d["f"]))
 
 
+RatesSource = Literal["preset", "measured"]
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What an algorithm needs from the runtime, declared so that no system guesses it.
+
+    `step_outputs`: what `route()` reads from a step besides the sampled tokens (`StepResult.logits`,
+    `.hidden`); the subservers, lock-step and Std. Serving's servers return only these, which spares a
+    [B, vocab] and a [B, hidden] copy per step. Undeclared, an algorithm gets both: always correct, only slower.
+    `rates`: where `rates()` gets its routing rates for `thresholds=auto`. "preset": from the config params
+    alone (bernoulli, ensemble), so one plan holds for the whole run. "measured": from the decisions the
+    runtime counts (`rates(routes)`; learned routers, R-Stitch), so the front end re-plans while serving.
+    """
+
+    step_outputs: StepOutputs = ALL_STEP_OUTPUTS
+    rates: RatesSource = "preset"
+
+    def __post_init__(self) -> None:
+        unknown = set(self.step_outputs) - ALL_STEP_OUTPUTS
+        if unknown or self.rates not in ("preset", "measured"):
+            raise ValueError(f"Needs: step_outputs must be within {sorted(ALL_STEP_OUTPUTS)} (got {sorted(unknown)} "
+                             f"extra) and rates 'preset' or 'measured' (got {self.rates!r})")
+
+
 class RoutingAlgorithm(ABC):
     """One model's side of a token-level routing algorithm. Subclass, register, add a YAML: no runtime change."""
 
     name: ClassVar[str] = ""
+    needs: ClassVar[Needs] = Needs()
 
     def __init__(self, model_index: int, model_names: list[str], **params: Any) -> None:
         self.model_index = model_index
@@ -147,8 +173,9 @@ class RoutingAlgorithm(ABC):
         return PeerRequest(req.rid, loc, ids, len(req.prompt_ids))
 
     def rates(self, routes: list[list[int]] | None = None) -> dict[str, Any]:
-        """Throughput-model preset for `thresholds=auto` (tokenrouter.algorithms.rates). Default: the preset
-        named like the algorithm, its rates taken from the config params."""
+        """Throughput-model preset for `thresholds=auto` (tokenrouter.algorithms.rates); `routes` is passed
+        only when `needs.rates` is "measured". Default: the preset named like the algorithm, its rates taken
+        from the config params."""
         return {"preset": self.name}
 
     def receive(self, msg: PeerRequest, req: RouterRequest) -> None:

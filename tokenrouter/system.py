@@ -18,7 +18,7 @@ from typing import Any
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs, plain, seed_value
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 
 # The runner folds the experiment seed into every request's seed (evals.bench.request_seed), identically for
 # every system; a TokenRouter front end would shift request seeds again by its own seed, so it gets 0.

@@ -18,7 +18,7 @@ from tokenrouter.algorithms.training import generate_greedy
 from tokenrouter.api import build_algorithm, stable_uniform
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.torch_engine import TorchEngine
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.runtime.frontend import TokenRouterFrontend
 
 MAX_NEW = 12

@@ -64,7 +64,7 @@ def test_driver_failure_fails_requests_instead_of_hanging() -> None:
 
     from baselines.lockstep import LockstepSystem
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
-    from tokenrouter.results import GenerationRequest
+    from tokenrouter.generation import GenerationRequest
 
     specs = [ModelSpec(name="small", engine="sim"), ModelSpec(name="large", engine="sim")]
 
@@ -98,7 +98,7 @@ def test_close_leaves_no_engine_or_model_alive() -> None:
 
     from baselines.lockstep import LockstepSystem
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
-    from tokenrouter.results import GenerationRequest
+    from tokenrouter.generation import GenerationRequest
 
     specs = [ModelSpec(name="small", source="tiny-random:small", kv_tokens=2048),
              ModelSpec(name="large", source="tiny-random:large", kv_tokens=2048)]
@@ -127,7 +127,7 @@ def test_admission_control_keeps_every_step_within_a_tiny_kv_pool(engine: str) -
 
     from baselines.lockstep import LockstepSystem
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
-    from tokenrouter.results import GenerationRequest
+    from tokenrouter.generation import GenerationRequest
 
     n, max_new = (40, 100) if engine == "sim" else (12, 24)
     kv = 5 * (4 + max_new + 16)

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from baselines import official_r2r
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.system import SystemSetup
 
 # launch_r2r_server.py stand-in: its flags, /health and /generate; records what it was started with

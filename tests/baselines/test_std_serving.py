@@ -12,7 +12,7 @@ import pytest
 from baselines.std_serving import StdServingOptions, StdServingSystem, from_setup
 from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 
 TINY = {"members": [{"name": "small", "source": "tiny-random:small"}, {"name": "large", "source": "tiny-random:large"}]}
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from evals.metrics import serving_metrics, steady_throughput, summarize, wilson_interval
-from tokenrouter.results import GenerationResult
+from tokenrouter.generation import GenerationResult
 
 
 def result(

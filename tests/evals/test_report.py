@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from evals import paper
 from evals.plots import pareto_frontier
 from evals.report import write_reports
-from evals.results import find_run_dirs, load_requests, load_results
+from evals.store import find_run_dirs, load_requests, load_results
 from tokenrouter.cli import main
 from tokenrouter.errors import UserError
 

@@ -14,10 +14,10 @@ from tokenrouter.algorithms.checkpoints import save_router
 from tokenrouter.algorithms.routers import build_router
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.errors import UserError
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
-from tokenrouter.results import GenerationRequest
-from tokenrouter.runtime.auto import auto_table, model_latency, plan_thresholds, workload_context
 from tokenrouter.runtime.frontend import TokenRouterFrontend
+from tokenrouter.runtime.threshold_planner import auto_table, model_latency, plan_thresholds, workload_context
 
 MAX_N = 6
 
@@ -69,7 +69,7 @@ def test_a_learned_router_s_saved_route_rate_sets_the_table(profiles, tmp_path) 
 
 
 def test_torch_models_without_a_profile_fall_back_with_a_hint(profiles, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="tokenrouter.runtime.auto"):
+    with caplog.at_level(logging.WARNING, logger="tokenrouter.runtime.threshold_planner"):
         assert auto_table(_torch_pair(profiles[0], None), AlgorithmSpec("bernoulli"), MAX_N) is None
     assert "['large']" in caplog.text and "latency_profile" in caplog.text
 

@@ -11,7 +11,7 @@ import asyncio
 from baselines.lockstep import LockstepSystem
 from baselines.std_serving import StdServingOptions, StdServingSystem
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.frontend import TokenRouterFrontend
 
 from .conftest import user_algorithms_importable

@@ -12,7 +12,7 @@ import zmq
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.runtime import frontend as frontend_module
 from tokenrouter.runtime.frontend import RequestError, RuntimeFailure
 
@@ -100,20 +100,20 @@ def test_failure_at_encode_or_send_undoes_the_admission(fes, monkeypatch) -> Non
         with pytest.raises(RequestError, match="cannot be encoded"):
             fes.run(fe.generate(_reqs([3])[0]))
     assert fe.stats()["active_requests"] == 0
-    real = fe._outboxes[0]
-    fe._outboxes[0] = _BrokenSocket()
+    real = fe.subservers.outboxes[0]
+    fe.subservers.outboxes[0] = _BrokenSocket()
     try:
         with pytest.raises(RuntimeFailure, match="cannot submit"):
             fes.run(fe.generate(_reqs([3])[0]))
     finally:
-        fe._outboxes[0] = real
+        fe.subservers.outboxes[0] = real
     assert fe.stats()["active_requests"] == 0
     results = fes.run(fe.generate_many(_reqs([3, 4])))
     assert all(r.finish_reason == "length" for r in results)
 
 
 def _endpoints(fe) -> list[str]:
-    return [fe._inbox.getsockopt(zmq.LAST_ENDPOINT).decode(), *(r.endpoint for r in fe._ready)]
+    return [fe.subservers.inbox.getsockopt(zmq.LAST_ENDPOINT).decode(), *(r.endpoint for r in fe.subservers.ready)]
 
 
 def _inject(endpoint: str, frames: list[bytes], keys=None) -> None:
@@ -144,12 +144,12 @@ def test_foreign_frames_never_kill_a_process_and_tcp_admits_only_the_run_key(tra
         for endpoint in _endpoints(fe):
             _inject(endpoint, GARBAGE)
             if transport == "tcp":  # a client that knows the server key but not the run's key pair
-                server_key = fe._keys.public.encode()
+                server_key = fe.subservers.keys.public.encode()
                 public, secret = zmq.curve_keypair()
                 _inject(endpoint, GARBAGE, (public, secret, server_key))
         results = f.run(fe.generate_many(_reqs([1, 2, 3])))
         assert [r.finish_reason for r in results] == ["length"] * 3
-        assert all(p.poll() is None for p in fe._procs) and fe.health_problem() is None
+        assert all(p.poll() is None for p in fe.subservers.procs) and fe.health_problem() is None
     finally:
         f.close()
     err = capfd.readouterr().err

@@ -7,8 +7,8 @@ import pytest
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest
-from tokenrouter.runtime.auto import plan_launch_rules
+from tokenrouter.generation import GenerationRequest
+from tokenrouter.runtime.threshold_planner import plan_launch_rules
 
 from .conftest import Frontends
 

@@ -17,7 +17,7 @@ import pytest
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.runtime.frontend import RuntimeFailure, TokenRouterFrontend
 
 SIM2 = [ModelSpec(name="small", engine="sim", sim=SimSpec(latency_ms=2.0, seed=1, vocab_size=300)),
@@ -64,7 +64,7 @@ def test_killed_subserver_fails_in_flight_requests_within_5s_and_front_end_close
 SCRIPT = textwrap.dedent("""
     import asyncio, json, sys
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
-    from tokenrouter.results import GenerationRequest
+    from tokenrouter.generation import GenerationRequest
     from tokenrouter.runtime.frontend import TokenRouterFrontend
 
     async def main():

@@ -13,8 +13,8 @@ pytest.importorskip("sglang")
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig  # noqa: E402
 from tokenrouter.engine.torch_engine import TorchEngine  # noqa: E402
+from tokenrouter.generation import GenerationRequest  # noqa: E402
 from tokenrouter.models.tiny_random import save_random_decoder  # noqa: E402
-from tokenrouter.results import GenerationRequest  # noqa: E402
 
 from .conftest import Frontends, greedy_reference, user_algorithms_importable  # noqa: E402
 

@@ -13,9 +13,9 @@ from tokenrouter.api import RouterRequest, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import StepItem
 from tokenrouter.engine.sim import SimEngine
-from tokenrouter.results import GenerationRequest
-from tokenrouter.runtime.auto import auto_table, rates_are_measured
+from tokenrouter.generation import GenerationRequest
 from tokenrouter.runtime.frontend import RequestError
+from tokenrouter.runtime.threshold_planner import auto_table, rates_are_measured
 
 from .conftest import Frontends, greedy_reference
 
@@ -217,11 +217,11 @@ def test_auto_thresholds_retune_from_measured_routing_rates(monkeypatch) -> None
     # front end recomputes B*(N) at the measured rate and adopts it
     from tokenrouter.engine.sim import sim_latency
     from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
-    from tokenrouter.runtime import auto
+    from tokenrouter.runtime import threshold_planner
     from tokenrouter.runtime.thresholds import make_feasible
 
-    monkeypatch.setattr(auto, "RETUNE_AT", (100,))
-    monkeypatch.setattr(auto, "RETUNE_POLL_S", 0.05)
+    monkeypatch.setattr(threshold_planner, "RETUNE_AT", (100,))
+    monkeypatch.setattr(threshold_planner, "RETUNE_POLL_S", 0.05)
     monkeypatch.syspath_prepend(str(Path(__file__).parent))  # the planner child imports the algorithm too
     f = Frontends({"m": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}), AUTO)})
     try:
@@ -246,6 +246,5 @@ def test_auto_thresholds_retune_from_measured_routing_rates(monkeypatch) -> None
     route, commit = preset_for_algorithm("bernoulli", {"route_prob": p})
     expected = auto_thresholds(route, commit, [sim_latency(SMALL.sim), sim_latency(LARGE.sim)], 6)
     assert table == [make_feasible(expected[n], n) for n in range(1, 7)]
-    models = [SMALL, LARGE]
-    assert rates_are_measured(models, AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}))
-    assert not rates_are_measured(models, AlgorithmSpec("bernoulli", {"route_prob": 0.35}))  # no re-tune
+    assert rates_are_measured(AlgorithmSpec("user_algorithms.measured_only", {"p": 0.35}))
+    assert not rates_are_measured(AlgorithmSpec("bernoulli", {"route_prob": 0.35}))  # no re-tune

@@ -14,8 +14,8 @@ from tokenrouter.engine import profiling
 from tokenrouter.engine.profiling import profile_at_startup
 from tokenrouter.engine.torch_engine import TorchEngine
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest
-from tokenrouter.runtime.auto import auto_table
+from tokenrouter.generation import GenerationRequest
+from tokenrouter.runtime.threshold_planner import auto_table
 from tokenrouter.runtime.thresholds import make_feasible
 
 from .conftest import Frontends, greedy_reference, user_algorithms_importable

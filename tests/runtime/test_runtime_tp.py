@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
-from tokenrouter.results import GenerationRequest
+from tokenrouter.generation import GenerationRequest
 
 from .conftest import Frontends
 from .http_helpers import start_server, stop_cleanly

@@ -31,7 +31,7 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
     sub = Subserver(cfg, SimEngine.from_spec(MODELS[1]), algo, ctx, inbox, connect_outbox(ctx, frontend_endpoint))
     try:
         meta = RequestMeta(8, SamplingParams(), 7, [])
-        sub.handle(PeerMessage(PeerRequest("r", 0, [5, 6, 7], 3), sender=0, hops=1, meta=meta))
+        sub.handle(PeerMessage(PeerRequest("r", 0, [5, 6, 7], 3), sender=0, handoffs=1, meta=meta))
         batch = sub.sched.next_batch(time.perf_counter(), lambda e: 3)
         sub.run_batch(batch)  # the large model commits one token and hands the request back to model 0
         sub.flush(time.perf_counter())  # ... whose endpoint it does not know yet

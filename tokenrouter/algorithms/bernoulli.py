@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, register, stable_uniform
+from tokenrouter.api import Needs, RouterRequest, RoutingAlgorithm, StepResult, register, stable_uniform
 from tokenrouter.errors import UserError
 
 
 @register
 class Bernoulli(RoutingAlgorithm):
     name = "bernoulli"
+    needs = Needs(step_outputs=frozenset(), rates="preset")  # routes on (seed, position) alone
 
     def __init__(self, model_index: int, model_names: list[str], route_prob: float = 0.35, **params: Any) -> None:
         super().__init__(model_index, model_names, **params)

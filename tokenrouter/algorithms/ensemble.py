@@ -10,13 +10,14 @@ import bisect
 import itertools
 from typing import Any
 
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, register, stable_uniform
+from tokenrouter.api import Needs, RouterRequest, RoutingAlgorithm, StepResult, register, stable_uniform
 from tokenrouter.errors import UserError
 
 
 @register
 class Ensemble(RoutingAlgorithm):
     name = "ensemble"
+    needs = Needs(step_outputs=frozenset(), rates="preset")  # draws on (seed, position) from fixed weights
 
     def __init__(self, model_index: int, model_names: list[str], weights: list[float] | None = None, **params: Any) -> None:
         super().__init__(model_index, model_names, **params)

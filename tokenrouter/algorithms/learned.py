@@ -20,7 +20,7 @@ from tokenrouter.algorithms.checkpoints import check_router, load_router
 from tokenrouter.algorithms.rates import measured_rate
 from tokenrouter.algorithms.router_sources import resolve_router
 from tokenrouter.algorithms.routers import RouterNet
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult
+from tokenrouter.api import Needs, RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.engine.base import Engine
 from tokenrouter.errors import UserError
 
@@ -41,6 +41,9 @@ class LearnedRouting(RoutingAlgorithm):
     """Small model (index 0) + large model (index 1); the small side routes by a trained router of the
     algorithm's `name` kind (tokenrouter.algorithms.routers.ROUTERS)."""
 
+    # The router reads the hidden state, and the logits when it has a top-k input (known once it is loaded);
+    # its rate is measured while serving, its saved held-out rate the prior.
+    needs = Needs(rates="measured")
     threshold_name: ClassVar[str] = "threshold"
 
     def __init__(self, model_index: int, model_names: list[str], router: str | None = None, **params: Any) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from tokenrouter.algorithms.learned import WEIGHTLESS
 from tokenrouter.algorithms.rates import measured_rate
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, register
+from tokenrouter.api import Needs, RouterRequest, RoutingAlgorithm, StepResult, register
 from tokenrouter.engine.base import Engine
 from tokenrouter.errors import UserError
 
@@ -26,6 +26,7 @@ def normalized_entropy(logits: torch.Tensor) -> torch.Tensor:
 @register
 class RStitch(RoutingAlgorithm):
     name = "rstitch"
+    needs = Needs(step_outputs=frozenset({"logits"}), rates="measured")  # the entropy; no rate prior
 
     def __init__(self, model_index: int, model_names: list[str], tau: float = 0.03, **params: Any) -> None:
         super().__init__(model_index, model_names, **params)

@@ -6,12 +6,13 @@ streaming and supervision instead of a second server implementation.
 
 from __future__ import annotations
 
-from tokenrouter.api import RoutingAlgorithm, StepResult, register
+from tokenrouter.api import Needs, RoutingAlgorithm, StepResult, register
 
 
 @register
 class Stay(RoutingAlgorithm):
     name = "stay"
+    needs = Needs(step_outputs=frozenset())
 
     def route(self, step: StepResult) -> list[int]:
         return [self.model_index] * len(step)

@@ -35,7 +35,7 @@ from scipy.stats import rankdata
 from tokenrouter.algorithms.checkpoints import save_router
 from tokenrouter.algorithms.routers import RouterNet, build_router
 from tokenrouter.config import ModelSpec
-from tokenrouter.engine.base import StepItem
+from tokenrouter.engine.base import NO_STEP_OUTPUTS, StepItem
 from tokenrouter.errors import UserError
 
 KINDS = ("r2r", "citer", "co_llm")
@@ -109,7 +109,7 @@ def generate_greedy(engine: Any, prompts: list[list[int]], max_new_tokens: int, 
         try:
             while pending:
                 order = sorted(pending)
-                out = engine.step([StepItem(rids[i], pending[i]) for i in order])
+                out = engine.step([StepItem(rids[i], pending[i]) for i in order], NO_STEP_OUTPUTS)
                 pending = {}
                 for i, tok in zip(order, out.next_tokens, strict=True):
                     answers[i].append(int(tok))

@@ -140,7 +140,7 @@ def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any
 
 def collect(sweep_dir: Path) -> None:
     """The sweep's runs as one table: results.csv in the sweep dir, and the main columns printed."""
-    from evals.results import load_results
+    from evals.store import load_results
 
     try:
         table = load_results([sweep_dir])

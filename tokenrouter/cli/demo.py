@@ -260,7 +260,7 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     from evals import demo_summary as ds
     from evals import plots
     from evals.report import query_level, table3, to_markdown
-    from evals.results import load_results
+    from evals.store import load_results
 
     df = load_results([sweep_dir])
     out.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ def run(argv: list[str]) -> int:
         return export_lm_eval(args.run_dirs, args.task, args.out)
 
     from evals.report import write_reports
-    from evals.results import load_results
+    from evals.store import load_results
 
     df = load_results(args.run_dirs)
     written = write_reports(df, Path(args.out or "report"))
@@ -44,7 +44,7 @@ def run(argv: list[str]) -> int:
 
 def export_lm_eval(paths: list[str], task: str | None, out: str | None) -> int:
     from evals.lm_eval_export import export_run
-    from evals.results import find_run_dirs
+    from evals.store import find_run_dirs
 
     runs = find_run_dirs(paths)
     if not runs:

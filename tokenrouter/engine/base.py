@@ -8,11 +8,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # torch only for annotations: weightless engines never import it
     import torch
 
+
+StepOutputName = Literal["logits", "hidden"]
+StepOutputs = frozenset[StepOutputName]
+# Everything a step can return besides the sampled tokens: what a caller that does not say gets.
+ALL_STEP_OUTPUTS: StepOutputs = frozenset({"logits", "hidden"})
+NO_STEP_OUTPUTS: StepOutputs = frozenset()
 
 GREEDY_TEMPERATURE = 1e-5  # below this, temperature sampling is greedy (as in vLLM): 1/T would overflow
 
@@ -51,12 +57,21 @@ class StepItem:
 @dataclass
 class StepOutput:
     """Per request (in the order of the step's items): next-token logits and last hidden state of the last
-    position, and the sampled next token. `logits`/`hidden` are None for engines without weights (sim)."""
+    position, and the sampled next token. `logits`/`hidden` are None for engines without weights (sim) and
+    when the step's caller did not ask for them."""
 
     rids: list[str]
     next_tokens: list[int]
     logits: torch.Tensor | None = None  # [B, vocab]
     hidden: torch.Tensor | None = None  # [B, hidden], after the final norm
+
+    @classmethod
+    def asked(cls, rids: list[str], next_tokens: list[int], logits: torch.Tensor, hidden: torch.Tensor,
+              outputs: StepOutputs) -> StepOutput:
+        """The step's result with only the outputs the caller asked for, as clones: tensors made in inference
+        mode cannot enter autograd-tracked code (routers' own), a clone outside it is an ordinary tensor."""
+        return cls(rids, next_tokens, logits.clone() if "logits" in outputs else None,
+                   hidden.clone() if "hidden" in outputs else None)
 
 
 def check_step_items(items: list[StepItem], vocab_size: int) -> tuple[list[str], list[int], list[int]]:
@@ -85,8 +100,10 @@ class Engine(ABC):
     max_positions: int | None = None  # the longest sequence the model can position (None: no known limit)
 
     @abstractmethod
-    def step(self, items: list[StepItem]) -> StepOutput:
-        """Append each item's tokens to its request's KV in ONE forward over the mixed batch; sample one token each."""
+    def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
+        """Append each item's tokens to its request's KV in ONE forward over the mixed batch; sample one token each.
+        `outputs`: what the caller reads besides the tokens (an algorithm's `needs.step_outputs`); an engine
+        may leave the others None, which saves copying a [B, vocab] and a [B, hidden] tensor per step."""
 
     @abstractmethod
     def release(self, rid: str) -> None:

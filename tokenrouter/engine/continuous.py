@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tokenrouter.engine.base import Engine, SamplingParams, StepItem
+from tokenrouter.engine.base import NO_STEP_OUTPUTS, Engine, SamplingParams, StepItem
 from tokenrouter.errors import CapacityError, UserError
 from tokenrouter.finish import finish_reason
 
@@ -65,7 +65,7 @@ def run_batch(engine: Engine, jobs: list[Job], max_batch_size: int = 64) -> Iter
                 reserved += reservation(jobs[i])
                 running[i] = []
                 items.append(StepItem(str(i), list(jobs[i].prompt_ids), jobs[i].sampling))
-            result = engine.step(items)
+            result = engine.step(items, NO_STEP_OUTPUTS)  # tokens only
             for rid, token in zip(result.rids, result.next_tokens, strict=True):
                 i = int(rid)
                 out = running[i]

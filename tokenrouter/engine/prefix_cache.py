@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from tokenrouter.engine.base import Engine, StepItem, StepOutput
+from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, StepItem, StepOutput, StepOutputs
 from tokenrouter.errors import CapacityError
 
 
@@ -55,19 +55,19 @@ class PrefixCachingEngine(Engine):
         self.stats = PrefixCacheStats()
 
     # ---- step ---------------------------------------------------------------------------------------------
-    def step(self, items: list[StepItem]) -> StepOutput:
+    def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         t0 = time.perf_counter()
         inner_items = [self._admit(it) for it in items]
         self._make_room(inner_items)
         self.stats.bookkeeping_s += time.perf_counter() - t0
         try:
-            out = self.inner.step(inner_items)
+            out = self.inner.step(inner_items, outputs)
         except CapacityError:
             if not self._cached:
                 raise
             while self._cached:  # paged pools can need more than the token count says: give back everything
                 self._evict_one()
-            out = self.inner.step(inner_items)
+            out = self.inner.step(inner_items, outputs)
         for it in inner_items:
             self._held[it.rid].extend(it.token_ids)
         return StepOutput([it.rid for it in items], out.next_tokens, out.logits, out.hidden)

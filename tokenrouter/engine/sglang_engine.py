@@ -18,14 +18,17 @@ import importlib.util
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tokenrouter.config import ModelSpec
-from tokenrouter.engine.base import Engine, StepItem, StepOutput, check_step_items
+from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, StepItem, StepOutput, check_step_items
 from tokenrouter.engine.sampling import sample
 from tokenrouter.errors import CapacityError, UserError, first_line
+
+if TYPE_CHECKING:
+    from tokenrouter.engine.base import StepOutputs
 
 SGLANG_VERSION = "0.5.23"
 _SHIM = Path(__file__).with_name("_sglang_cpu_shim")
@@ -152,7 +155,7 @@ class SGLangEngine(Engine):
         return cls(spec)
 
     # ---- the step -----------------------------------------------------------------------------------------
-    def step(self, items: list[StepItem]) -> StepOutput:
+    def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         if not items:
             return StepOutput(rids=[], next_tokens=[])
         rids, counts, ids = check_step_items(items, self.vocab_size)
@@ -169,7 +172,7 @@ class SGLangEngine(Engine):
             raise
         next_pos = [b + n for b, n in zip(before, counts, strict=True)]
         tokens = sample(logits, [it.sampling for it in items], next_pos, [it.banned_ids for it in items])
-        return StepOutput(rids=rids, next_tokens=tokens, logits=logits, hidden=hidden)
+        return StepOutput.asked(rids, tokens, logits, hidden, outputs)
 
     def _check_fits(self, rids: list[str], before: list[int], counts: list[int]) -> None:
         long = [r for r, b, n in zip(rids, before, counts, strict=True) if b + n > self.max_len]
@@ -220,9 +223,9 @@ class SGLangEngine(Engine):
         result = self.runner.forward(fb)
         self.graph_steps += bool(result.can_run_graph)
         out = result.logits_output
-        # Clones outside inference mode are ordinary tensors: routers may use them in autograd-tracked code.
-        logits = out.next_token_logits[:, : self.vocab_size].float()
-        return logits.clone(), out.hidden_states.clone()
+        # The hidden state is captured whatever the caller asks: the CUDA graphs are captured with it
+        # (return_hidden_states_mode="last"), and a step in another capture mode would run without a graph.
+        return out.next_token_logits[:, : self.vocab_size].float(), out.hidden_states
 
     def _shrink(self, rid: str, length: int) -> None:
         """Return the KV slots of `rid` past its first `length` tokens to the allocator."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from tokenrouter.config import ModelSpec, SimSpec
-from tokenrouter.engine.base import Engine, StepItem, StepOutput
+from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, StepItem, StepOutput, StepOutputs
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import CapacityError, UserError
 
@@ -80,7 +80,7 @@ class SimEngine(Engine):
         return cls(spec.name, sim_latency(sim), vocab_size=sim.vocab_size, eos_token_id=sim.eos_token_id,
                    output_tokens=sim.output_tokens, seed=sim.seed, kv_tokens=spec.kv_tokens)
 
-    def step(self, items: list[StepItem]) -> StepOutput:
+    def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         start = time.perf_counter()
         new_tokens = sum(len(it.token_ids) for it in items)
         if any(not it.token_ids for it in items):

@@ -8,16 +8,19 @@ pool, so transformers keeps no cache (`use_cache=False`) and no model code is du
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine import attention
-from tokenrouter.engine.base import Engine, StepItem, StepOutput, check_step_items
+from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, StepItem, StepOutput, check_step_items
 from tokenrouter.engine.kv_pool import KVLayout, KVPool, pool_tokens
 from tokenrouter.engine.sampling import sample
 from tokenrouter.errors import UserError
+
+if TYPE_CHECKING:
+    from tokenrouter.engine.base import StepOutputs
 
 
 class TorchEngine(Engine):
@@ -82,7 +85,7 @@ class TorchEngine(Engine):
         )
 
     # ---- the step -----------------------------------------------------------------------------------------
-    def step(self, items: list[StepItem]) -> StepOutput:
+    def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         if not items:
             return StepOutput(rids=[], next_tokens=[])
         rids, counts, ids = check_step_items(items, self.vocab_size)
@@ -94,11 +97,9 @@ class TorchEngine(Engine):
             for rid, before in zip(rids, lens_before, strict=True):
                 self._rollback(rid, before)
             raise
-        # Clones outside inference mode are ordinary tensors: routers may use them in autograd-tracked code.
-        hidden, logits = hidden.clone(), logits.clone()
         next_pos = [b + n for b, n in zip(lens_before, counts, strict=True)]
         tokens = sample(logits, [it.sampling for it in items], next_pos, [it.banned_ids for it in items])
-        return StepOutput(rids=rids, next_tokens=tokens, logits=logits, hidden=hidden)
+        return StepOutput.asked(rids, tokens, logits, hidden, outputs)
 
     @torch.inference_mode()
     def _forward(self, items: list[StepItem], ids: list[int], lens_before: list[int],

@@ -28,7 +28,16 @@ import torch.distributed as dist
 
 from tokenrouter.children import child_env
 from tokenrouter.config import ModelSpec
-from tokenrouter.engine.base import Engine, EngineFailure, SamplingParams, StepItem, StepOutput
+from tokenrouter.engine.base import (
+    ALL_STEP_OUTPUTS,
+    NO_STEP_OUTPUTS,
+    Engine,
+    EngineFailure,
+    SamplingParams,
+    StepItem,
+    StepOutput,
+    StepOutputs,
+)
 from tokenrouter.errors import UserError
 
 if TYPE_CHECKING:
@@ -111,7 +120,7 @@ def apply_command(engine: Engine, command: list[Any]) -> bool:
     """Run one broadcast command on a worker rank; False once told to close."""
     op = command[0]
     if op == STEP:
-        engine.step(items_from_wire(command[1]))
+        engine.step(items_from_wire(command[1]), NO_STEP_OUTPUTS)  # rank 0 returns what the caller reads
     elif op == RELEASE:
         engine.release(command[1])
     elif op == TRUNCATE:
@@ -188,10 +197,10 @@ class TensorParallelEngine(Engine):
         except RuntimeError as exc:
             raise EngineFailure(f"model {self.name!r}: tensor-parallel group failed: {exc}") from None
 
-    def step(self, items: list[StepItem]) -> StepOutput:
+    def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         self._broadcast([STEP, items_to_wire(items)])
         try:
-            return self.inner.step(items)
+            return self.inner.step(items, outputs)
         except RuntimeError as exc:  # a collective failed mid-forward: the group is gone, not the request
             if any(p.poll() is not None for p in self.procs):
                 raise EngineFailure(f"model {self.name!r}: a tensor-parallel rank died mid-step: {exc}") from None

@@ -1,51 +1,34 @@
-"""The front end: starts and supervises one subserver process per model and serves an asyncio client API.
+"""The front end's client API: submit, stream, abort and results over the subservers (supervisor.py).
 
-Why a separate process per model and a thin front end: each model steps at its own pace; the front end only
-admits requests to the entry model, keeps the global active count N (and the thresholds for it) in sync
-across subservers, and reassembles each request's output from whichever models committed its tokens.
-Tokens carry their output index, so chunks from different models may arrive out of order and still land
-right. A subserver that dies fails every in-flight request with a clear error (RuntimeFailure) and the
-front end shuts itself down; SIGTERM and interpreter exit also take the subservers and socket files along.
+Why a thin front end: each model steps at its own pace in its own process; the front end only admits
+requests to the entry model, keeps the global active count N (and the thresholds for it) in sync across
+subservers, and reassembles each request's output from whichever models committed its tokens. Tokens carry
+their output index, so chunks from different models may arrive out of order and still land right. A
+subserver that dies fails every in-flight request with a clear error (RuntimeFailure) and the front end
+shuts itself down.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import itertools
 import logging
 import math
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import zmq
 
 from tokenrouter.api import algorithm_class, build_algorithm
-from tokenrouter.children import child_env
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
 from tokenrouter.engine.loader import check_source, check_tp
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
-from tokenrouter.runtime import subserver
-from tokenrouter.runtime.auto import AutoThresholds, plan_launch_rules, workload_context
-from tokenrouter.runtime.ipc import (
-    CurveKeys,
-    bind_inbox,
-    connect_outbox,
-    private_dir,
-    remove_dir,
-    start_authenticator,
-)
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.messages import (
     INT64_MAX,
     INT64_MIN,
@@ -54,30 +37,22 @@ from tokenrouter.runtime.messages import (
     TOKEN_ID_LIMIT,
     Abort,
     Active,
-    Fatal,
     Message,
-    Peers,
-    Ready,
     Report,
     RequestMeta,
-    Shutdown,
     StatsRequest,
     Submit,
-    decode,
     encode,
 )
+from tokenrouter.runtime.supervisor import RuntimeFailure, Subservers
+from tokenrouter.runtime.threshold_planner import AutoThresholds, plan_launch_rules, workload_context
 from tokenrouter.runtime.thresholds import ThresholdTable
+from tokenrouter.stats import RuntimeModelStats, RuntimeStats, SubserverCounters
 from tokenrouter.system import ServingSystem
 
 log = logging.getLogger(__name__)
 
-DEATH_GRACE_S = 0.2  # after noticing a dead subserver, wait this long for its Fatal frame (the reason)
-SUPERVISE_PERIOD_S = 0.1
-SHUTDOWN_WAIT_S = 5.0
-
-
-class RuntimeFailure(RuntimeError):
-    """The serving system failed (a subserver died, start-up failed, or the front end was closed)."""
+__all__ = ["RequestError", "RuntimeFailure", "StreamEvent", "TokenRouterFrontend"]
 
 
 class RequestError(UserError):
@@ -137,24 +112,13 @@ class TokenRouterFrontend(ServingSystem):
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
         self.thresholds_source = "fixed" if self.runtime.delayed_batching else "delayed batching off: all ones"
         self.launch_rules: dict[int, list[int]] = {}  # runtime.policy=optimal: N -> per-model launch bitmasks
-        self._procs: list[subprocess.Popen] = []
-        self._ready: list[Ready | None] = [None] * len(self.models)
         self.latency_profiles: dict[str, dict[str, Any]] = {}  # model -> start-up profile (latency_profile: auto)
-        self._fatal: dict[int, str] = {}
+        self.subservers: Subservers | None = None
         self._flights: dict[str, _Flight] = {}
         self._rids = itertools.count()
         self._stats_seq = 0
-        self._stats: list[dict[str, Any] | None] = [None] * len(self.models)
-        self._dir: Path | None = None
-        self._ctx: zmq.Context | None = None
-        self._keys: CurveKeys | None = None  # runtime.ipc=tcp: the run's CURVE key pair
-        self._auth: Any = None  # its ZAP handler thread
-        self._inbox: zmq.Socket | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._outboxes: list[zmq.Socket] = []
+        self._counters = [SubserverCounters() for _ in self.models]
         self._tasks: list[asyncio.Task] = []
-        self._startup: asyncio.Future | None = None
-        self._failure: str | None = None
         self._started = False
         self._closed = False
         self._closed_event = asyncio.Event()
@@ -164,12 +128,12 @@ class TokenRouterFrontend(ServingSystem):
     @property
     def pids(self) -> list[int]:
         """Process ids of the subservers (index = model index)."""
-        return [p.pid for p in self._procs]
+        return [] if self.subservers is None else [p.pid for p in self.subservers.procs]
 
     @property
     def socket_dir(self) -> Path | None:
         """The private directory holding the ipc:// socket files (None with tcp or when closed)."""
-        return self._dir
+        return None if self.subservers is None else self.subservers.socket_dir
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -180,21 +144,13 @@ class TokenRouterFrontend(ServingSystem):
     @property
     def failure(self) -> str | None:
         """Why the runtime stopped serving (a subserver died, start-up failed); None while healthy."""
-        return self._failure
+        return None if self.subservers is None else self.subservers.failure
 
     def health_problem(self) -> str | None:
-        """None when every subserver is up and serving, else why not. Polls the processes themselves, so a
-        dead model shows the moment it is gone, before the supervisor's next round notices."""
-        if self._failure is not None:
-            return self._failure
-        if self._closed:
-            return "the front end is closed"
-        if self._startup is None or not self._startup.done():
-            return "starting"
-        for name, p in zip(self.model_names, self._procs, strict=True):
-            if p.poll() is not None:
-                return f"subserver {name!r} (pid {p.pid}) exited with code {p.returncode}"
-        return None
+        """None when every subserver is up and serving, else why not."""
+        if self.subservers is None:
+            return "the front end is closed" if self._closed else "starting"
+        return self.subservers.health_problem()
 
     async def wait_closed(self) -> None:
         """Return once the front end is closed, by close() or because a subserver died (see `failure`)."""
@@ -223,45 +179,14 @@ class TokenRouterFrontend(ServingSystem):
         self._started = True
         # downloads and the memory plan come first: the start-up timeout below covers loading alone
         self.models = await asyncio.to_thread(prepare_models, self.models)
-        loop = asyncio.get_running_loop()
         rt = self.runtime
         auto = AutoThresholds(self.models, self.algorithm, rt.auto_max_concurrency, rt.auto_context_tokens) \
             if rt.thresholds == "auto" and rt.delayed_batching else None
         if auto is not None and not auto.waits_for_profiles:  # search (or read the disk cache) off the loop
             self.thresholds, self.thresholds_source = await auto.plan()
-        if rt.ipc == "ipc":
-            self._dir = private_dir()
-            where = str(self._dir)
-        else:
-            where = rt.host
-        self._ctx = zmq.Context()
-        if rt.ipc == "tcp":
-            self._keys = CurveKeys.generate()
-            self._auth = start_authenticator(self._ctx, self._keys)
-        self._inbox, endpoint = bind_inbox(self._ctx, rt.ipc, where, "frontend", self._keys)
-        self._loop = loop
-        loop.add_reader(self._inbox.getsockopt(zmq.FD), self._on_readable)
-        _watch(self)
-        self._startup = loop.create_future()
-        models = [m.to_dict() for m in self.models]
-        for i in range(len(self.models)):
-            cfg = subserver.SubserverConfig(i, models, self.algorithm.name, dict(self.algorithm.params),
-                                            asdict(rt), endpoint, rt.ipc, where,
-                                            None if self._keys is None else asdict(self._keys))
-            self._procs.append(_spawn(cfg.to_blob()))
-        self._tasks = [asyncio.create_task(self._supervise())]
+        self.subservers = Subservers(self.models, self.algorithm, rt, self._on_report, self._on_death)
         try:
-            await asyncio.wait_for(asyncio.shield(self._startup), rt.startup_timeout_s)
-        except TimeoutError:
-            missing = [self.model_names[i] for i, r in enumerate(self._ready) if r is None]
-            await self.close()
-            raise RuntimeFailure(f"subserver(s) {missing} not ready after {rt.startup_timeout_s:g} s "
-                                 "(runtime.startup_timeout_s)") from None
-        except BaseException:
-            await self.close()
-            raise
-        ready = [r for r in self._ready if r is not None]
-        try:
+            ready = await self.subservers.start()
             if auto is not None:
                 await self._auto_after_ready(auto, [r.profile for r in ready])
             if rt.policy == "optimal" and rt.delayed_batching:
@@ -269,8 +194,7 @@ class TokenRouterFrontend(ServingSystem):
         except BaseException:
             await self.close()
             raise
-        self._outboxes = [connect_outbox(self._ctx, r.endpoint, self._keys) for r in ready]
-        self._send_all([Peers([r.endpoint for r in ready])])
+        self.subservers.connect()
         self._vocab = min(r.vocab_size for r in ready)
         self._eos = list(ready[0].eos_ids)
 
@@ -295,7 +219,7 @@ class TokenRouterFrontend(ServingSystem):
 
     def _routes(self) -> list[list[int]]:
         """Decisions counted so far: routes[i][j] = requests model i sent to model j."""
-        return [list((s or {}).get("routes") or [0] * len(self.models)) for s in self._stats]
+        return [list(c.routes or [0] * len(self.models)) for c in self._counters]
 
     def _adopt(self, table: ThresholdTable | None, source: str) -> None:
         if table is not None:
@@ -308,14 +232,9 @@ class TokenRouterFrontend(ServingSystem):
         if self._closed:
             return
         self._closed = True
-        self._fail_all(RuntimeFailure(self._failure or "the front end was closed"))
-        if self._outboxes:  # connected: ask politely first
-            with contextlib.suppress(zmq.ZMQError):
-                self._send_all([Shutdown()])
-            deadline = time.monotonic() + SHUTDOWN_WAIT_S
-            while any(p.poll() is None for p in self._procs) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
-        self._kill_now()
+        self._fail_all(RuntimeFailure(self.failure or "the front end was closed"))
+        if self.subservers is not None:
+            await self.subservers.close()
         current = asyncio.current_task()
         for task in self._tasks:
             if task is not current:
@@ -326,35 +245,11 @@ class TokenRouterFrontend(ServingSystem):
                     await task
         self._closed_event.set()
 
-    def _kill_now(self) -> None:
-        """Synchronous last resort (also atexit and SIGTERM): no subserver and no socket file survives."""
-        for p in self._procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self._procs:
-            try:
-                p.wait(2.0)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if self._inbox is not None and self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(self._inbox.getsockopt(zmq.FD))
-        for sock in [*self._outboxes, self._inbox]:
-            if sock is not None:
-                sock.close(linger=0)
-        self._outboxes, self._inbox = [], None
-        if self._auth is not None:
-            self._auth.stop()
-            self._auth = None
-        if self._ctx is not None:
-            self._ctx.term()
-        self._ctx = None
-        remove_dir(self._dir)
-        self._dir = None
-        _unwatch(self)
+    async def _on_death(self, failure: str) -> None:
+        self._fail_all(RuntimeFailure(failure))
+        await self.close()
 
     # ---- client API ----------------------------------------------------------------------------------------
-
     async def generate(self, req: GenerationRequest) -> GenerationResult:
         flight = self._submit(req, stream=False)
         assert flight.future is not None
@@ -386,47 +281,30 @@ class TokenRouterFrontend(ServingSystem):
     def batching_thresholds(self, n: int) -> list[int]:
         return list(self.thresholds(n))
 
-    def stats(self) -> dict[str, Any]:
+    def statistics(self) -> RuntimeStats:
         """Per model: steps, mean batch size, tokens committed, hand-offs sent, measured routing counts and
         rates per destination, busy time, mean queue wait per request-step (ready -> launched: what delayed
         batching costs), loop overhead median, current threshold; plus the active count N."""
         n = len(self._flights)
         current = self.thresholds(n)
-        models: dict[str, Any] = {}
-        for i, name in enumerate(self.model_names):
-            s = self._stats[i] or {}
-            steps = s.get("steps", 0)
-            routes = s.get("routes", [0] * len(self.model_names))
-            total = sum(routes)
-            models[name] = {
-                "steps": steps,
-                "mean_batch_size": s.get("batch_total", 0) / steps if steps else 0.0,
-                "tokens_committed": s.get("committed", 0),
-                "handoffs_sent": s.get("handoffs", 0),
-                "route_counts": dict(zip(self.model_names, routes, strict=True)),
-                "route_rates": {m: (c / total if total else 0.0) for m, c in zip(self.model_names, routes, strict=True)},
-                "busy_s": s.get("step_s", 0.0),
-                "mean_queue_wait_ms": 1e3 * s.get("wait_s", 0.0) / s["batch_total"] if s.get("batch_total") else 0.0,
-                "overhead_us_p50": s.get("overhead_us_p50", 0.0),
-                "threshold": current[i],
-                "num_waiting": s.get("waiting", 0),  # requests waiting for KV space
-                "kv_cache_usage": s["kv_reserved"] / s["kv_capacity"] if s.get("kv_capacity") else 0.0,
-            }
-        out = {"models": models, "active_requests": n, "thresholds": current, "thresholds_spec": self.thresholds.spec,
-               "thresholds_source": self.thresholds_source, "launch_rule": self.launch_rules.get(n)}
-        if self.latency_profiles:  # what thresholds=auto was computed from
-            out["latency_profiles"] = self.latency_profiles
-        return out
+        models = {name: RuntimeModelStats.of(c, self.model_names, current[i])
+                  for i, (name, c) in enumerate(zip(self.model_names, self._counters, strict=True))}
+        return RuntimeStats(models, n, current, self.thresholds.spec, self.thresholds_source,
+                            dict(self.latency_profiles), self.launch_rules.get(n))
+
+    def stats(self) -> dict[str, Any]:
+        """statistics() as summary.json records it."""
+        return self.statistics().to_dict()
 
     async def refresh_stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """stats() after every subserver has reported its current counters (stats() alone may lag by a
         few ms: counters ride along with other traffic at most every 20 ms)."""
-        if self._closed or not self._outboxes:
+        if self._closed or self.subservers is None or not self.subservers.outboxes:
             return self.stats()
         self._stats_seq += 1
-        self._send_all([StatsRequest(self._stats_seq)])
+        self.subservers.send_all([StatsRequest(self._stats_seq)])
         deadline = time.monotonic() + timeout_s
-        while any((s or {}).get("seq", 0) < self._stats_seq for s in self._stats) and time.monotonic() < deadline:
+        while any(c.seq < self._stats_seq for c in self._counters) and time.monotonic() < deadline:
             await asyncio.sleep(0.002)
         return self.stats()
 
@@ -435,8 +313,9 @@ class TokenRouterFrontend(ServingSystem):
     def _submit(self, req: GenerationRequest, stream: bool) -> _Flight:
         """Admit one request. Everything that can reject it (validation, the wire encoding) happens before
         it is counted active; a send that still fails undoes the accounting, so no slot ever leaks."""
-        if self._closed or not self._started or self._startup is None or not self._startup.done():
-            raise RuntimeFailure(self._failure or "the front end is not running (call start() first)")
+        group = self.subservers
+        if self._closed or group is None or not group.outboxes:
+            raise RuntimeFailure(self.failure or "the front end is not running (call start() first)")
         _check_request(req, self._vocab)
         rid = str(next(self._rids))
         sampling = req.sampling
@@ -456,7 +335,7 @@ class TokenRouterFrontend(ServingSystem):
         self._flights[rid] = flight
         try:
             self._broadcast_active()
-            self._outboxes[0].send(frame, zmq.NOBLOCK)
+            group.outboxes[0].send(frame, zmq.NOBLOCK)
         except BaseException as exc:
             self._flights.pop(rid, None)
             with contextlib.suppress(Exception):
@@ -475,43 +354,13 @@ class TokenRouterFrontend(ServingSystem):
         self._send_all([Active(n, self.thresholds(n), self.launch_rules.get(n))])
 
     def _send_all(self, msgs: list[Message]) -> None:
-        frame = encode(msgs)
-        for sock in self._outboxes:
-            sock.send(frame, zmq.NOBLOCK)
-
-    def _on_readable(self) -> None:
-        """Drain every queued frame (the zmq FD is edge-triggered: read until empty on each wake-up)."""
-        sock = self._inbox
-        while sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            frame = sock.recv(zmq.NOBLOCK)
-            try:
-                msgs = decode(frame)
-            except ValueError as exc:  # not from a subserver of ours: drop it, never die of it
-                log.warning("front end: dropped a %d-byte frame: %s", len(frame), exc)
-                continue
-            for msg in msgs:
-                if isinstance(msg, Report):
-                    self._on_report(msg)
-                elif isinstance(msg, Ready):
-                    self._on_ready(msg)
-                elif isinstance(msg, Fatal):
-                    self._on_fatal(msg)
-
-    def _on_ready(self, msg: Ready) -> None:
-        self._ready[msg.model] = msg
-        if all(r is not None for r in self._ready) and self._startup and not self._startup.done():
-            self._startup.set_result(None)
-
-    def _on_fatal(self, msg: Fatal) -> None:
-        name = self.model_names[msg.model]
-        self._fatal[msg.model] = msg.error
-        if self._startup and not self._startup.done():
-            self._startup.set_exception(RuntimeFailure(f"model {name!r} failed to start: {msg.error}"))
+        if self.subservers is not None:
+            self.subservers.send_all(msgs)
 
     def _on_report(self, msg: Report) -> None:
         now = time.perf_counter()
         if msg.stats is not None:
-            self._stats[msg.model] = msg.stats
+            self._counters[msg.model] = SubserverCounters.from_wire(msg.stats)
         for rid, start, ids in msg.chunks:
             flight = self._flights.get(rid)
             if flight is None:
@@ -537,10 +386,10 @@ class TokenRouterFrontend(ServingSystem):
             flight = self._flights.get(rid)
             if flight is not None:
                 flight.extra.update({"logits": logits, "hidden": hidden})
-        for rid, reason, length, hops in msg.finishes:
+        for rid, reason, length, handoffs in msg.finishes:
             flight = self._flights.get(rid)
             if flight is not None:
-                flight.final = (reason, length, hops)
+                flight.final = (reason, length, handoffs)
                 self._maybe_finish(flight, now)
         for rid, error in msg.failures:
             flight = self._flights.pop(rid, None)
@@ -550,7 +399,7 @@ class TokenRouterFrontend(ServingSystem):
 
     def _maybe_finish(self, flight: _Flight, now: float) -> None:
         assert flight.final is not None
-        reason, length, hops = flight.final
+        reason, length, handoffs = flight.final
         if len(flight.output) < length:
             return  # a chunk from another model is still on its way
         del self._flights[flight.rid]
@@ -559,7 +408,7 @@ class TokenRouterFrontend(ServingSystem):
         result = GenerationResult(
             index=req.index, prompt_ids=list(req.prompt_ids), output_ids=flight.output[:length],
             finish_reason=reason, tokens_per_model=dict(zip(self.model_names, flight.per_model, strict=True)),
-            handoffs=hops, arrival_s=flight.arrival, first_token_s=flight.first_token, finish_s=now,
+            handoffs=handoffs, arrival_s=flight.arrival, first_token_s=flight.first_token, finish_s=now,
             extra=flight.extra, commits=flight.commits,
         )
         if flight.events is not None:
@@ -577,28 +426,6 @@ class TokenRouterFrontend(ServingSystem):
         flights, self._flights = list(self._flights.values()), {}
         for flight in flights:
             self._deliver_error(flight, exc)
-
-    async def _supervise(self) -> None:
-        while not self._closed:
-            await asyncio.sleep(SUPERVISE_PERIOD_S)
-            self._on_readable()  # cheap guard against a missed edge on the zmq FD
-            dead = [i for i, p in enumerate(self._procs) if p.poll() is not None]
-            if not dead or self._closed:
-                continue
-            await asyncio.sleep(DEATH_GRACE_S)  # let the dying process's Fatal frame arrive
-            i = dead[0]
-            p = self._procs[i]
-            name = self.model_names[i]
-            reason = self._fatal.get(i) or f"exited unexpectedly with code {p.returncode}"
-            self._failure = f"subserver {name!r} (pid {p.pid}) died: {reason}"
-            if self._startup and not self._startup.done():
-                self._startup.set_exception(RuntimeFailure(f"model {name!r} failed to start: {reason}"))
-                return
-            self._fail_all(RuntimeFailure(self._failure))
-            await self.close()
-            return
-
-
 
 
 TOKEN_ID_MAX = TOKEN_ID_LIMIT - 1
@@ -632,47 +459,3 @@ def _check_request(req: GenerationRequest, vocab: int) -> None:
 def _routing_seed(request_seed: int, run_seed: int) -> int:
     """The per-request routing seed: the run's seed in the high bits, kept inside the wire's 64 bits."""
     return (request_seed + (run_seed << 32)) % 2**64
-
-
-# Front ends alive in this process. SIGTERM's default action and interpreter exit would skip close(), so
-# both kill their subservers and socket dirs first. An application with its own SIGTERM handler (uvicorn)
-# keeps it and calls close() itself, e.g. after draining in-flight requests.
-_LIVE: set[TokenRouterFrontend] = set()
-
-
-def _kill_all() -> None:
-    for fe in list(_LIVE):
-        fe._kill_now()
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    _kill_all()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)  # die by the signal, as if we had not been here
-
-
-def _watch(fe: TokenRouterFrontend) -> None:
-    if not _LIVE:
-        atexit.register(_kill_all)
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
-    _LIVE.add(fe)
-
-
-def _unwatch(fe: TokenRouterFrontend) -> None:
-    _LIVE.discard(fe)
-    if not _LIVE:
-        atexit.unregister(_kill_all)
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _spawn(blob: bytes) -> subprocess.Popen:
-    """Start `python -m tokenrouter.runtime.subserver` with the config on stdin (runtime/children.py)."""
-    proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.runtime.subserver"], stdin=subprocess.PIPE,
-                            env=child_env())
-    assert proc.stdin is not None
-    proc.stdin.write(blob)
-    proc.stdin.close()
-    return proc

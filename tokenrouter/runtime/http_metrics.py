@@ -28,7 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tokenrouter.results import GenerationResult
+from tokenrouter.generation import GenerationResult
 
 if TYPE_CHECKING:
     from tokenrouter.runtime.http_output import Output

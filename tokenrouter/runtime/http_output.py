@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.http_stop import StopMatcher
 from tokenrouter.runtime.http_text import IncrementalDetokenizer, TextCodec
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tokenrouter.results import GenerationResult
+from tokenrouter.generation import GenerationResult
 from tokenrouter.runtime.http_stop import MAX_STOP_STRINGS
 from tokenrouter.runtime.messages import INT64_MAX, INT64_MIN, TOKEN_ID_LIMIT
 

@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tokenrouter import __version__
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
-from tokenrouter.results import GenerationRequest, GenerationResult
+from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime import http_openapi
 from tokenrouter.runtime.http_metrics import ServerMetrics
 from tokenrouter.runtime.http_output import Output

@@ -152,18 +152,18 @@ class StatsRequest:
 
 @dataclass
 class PeerMessage:
-    """A hand-off (or release when `msg.finished`) from model `sender`. `hops` counts the request's
+    """A hand-off (or release when `msg.finished`) from model `sender`. `handoffs` counts the request's
     hand-offs so far; `meta` rides along only on first contact."""
 
     TAG = 6
     msg: PeerRequest
     sender: int
-    hops: int
+    handoffs: int
     meta: RequestMeta | None = None
 
     def to_wire(self) -> list[Any]:
         meta = None if self.meta is None else self.meta.to_wire()
-        return [self.TAG, self.msg.to_wire(), self.sender, self.hops, meta]
+        return [self.TAG, self.msg.to_wire(), self.sender, self.handoffs, meta]
 
     @classmethod
     def from_wire(cls, w: list[Any]) -> PeerMessage:

@@ -36,7 +36,7 @@ class Entry:
     status: Status = Status.WAITING
     since: float = 0.0  # when it joined the queue (max-wait clock)
     reserved: int = 0  # KV tokens reserved at admission
-    hops: int = 0  # hand-offs of this request so far (all models)
+    handoffs: int = 0  # hand-offs of this request so far (all models)
     stop_ids: frozenset[int] = field(default_factory=frozenset)
 
 

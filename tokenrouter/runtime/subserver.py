@@ -28,7 +28,7 @@ from tokenrouter import handoff
 from tokenrouter.api import PeerRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
-from tokenrouter.engine.base import Engine, EngineFailure, StepItem
+from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutputName, StepOutputs
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
 from tokenrouter.runtime import unix_link
@@ -52,6 +52,7 @@ from tokenrouter.runtime.messages import (
 )
 from tokenrouter.runtime.scheduler import Entry, Scheduler
 from tokenrouter.runtime.unix_link import Link, LinkClosed, Listener
+from tokenrouter.stats import SubserverCounters
 
 IDLE_POLL_MS = 500  # idle wake-up period: notice a dead parent
 BACKLOG_POLL_MS = 1  # a direct link the kernel did not take everything for is retried this often
@@ -102,13 +103,13 @@ class Counters:
         self._overhead_p50 = 0.0
         self._computed_at = 0.0
 
-    def snapshot(self, now: float) -> dict[str, Any]:
+    def snapshot(self, now: float, occupancy: dict[str, int]) -> SubserverCounters:
+        """The counters as reported, with the scheduler's `occupancy()` (requests waiting, KV reserved)."""
         if self.overhead_us and now - self._computed_at >= MEDIAN_PERIOD_S:
             self._overhead_p50 = statistics.median(self.overhead_us)
             self._computed_at = now
-        return {"steps": self.steps, "batch_total": self.batch_total, "committed": self.committed,
-                "handoffs": self.handoffs, "routes": self.routes, "step_s": self.step_s, "wait_s": self.wait_s,
-                "overhead_us_p50": self._overhead_p50, "seq": self.seq}
+        return SubserverCounters(self.steps, self.batch_total, self.committed, self.handoffs, self.routes,
+                                 self.step_s, self.wait_s, self._overhead_p50, self.seq, **occupancy)
 
 
 class Subserver:
@@ -140,6 +141,7 @@ class Subserver:
         self._stats_dirty = False
         self._stats_sent = 0.0
         self._outbox: dict[int, list[Message]] = {}
+        self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
 
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
@@ -222,14 +224,14 @@ class Subserver:
                 return  # a request this model never had, or one the client aborted
             req = handoff.first_contact(msg, pm.meta.max_new_tokens, pm.meta.sampling, pm.meta.seed,
                                         pm.meta.min_new_tokens)
-            e = Entry(req, pm.meta, hops=pm.hops, stop_ids=frozenset(pm.meta.stop_ids))
+            e = Entry(req, pm.meta, handoffs=pm.handoffs, stop_ids=frozenset(pm.meta.stop_ids))
             handoff.receive(self.algo, msg, req, pm.sender)
             self.admit(e, now)  # on failure the sender is told to release it too
             return
         valid = handoff.receive(self.algo, msg, e.req, pm.sender)
         if self.engine.seq_len(msg.rid) > valid:
             self.engine.truncate(msg.rid, valid)
-        e.hops = pm.hops
+        e.handoffs = pm.handoffs
         self.sched.make_ready(e, now)
 
     # ---- stage 2: schedule and step ------------------------------------------------------------------------
@@ -251,7 +253,7 @@ class Subserver:
         t0 = time.perf_counter()
         self.counters.wait_s += sum(t0 - e.since for e in batch)
         try:
-            out = self.engine.step(items)
+            out = self.engine.step(items, self.outputs_for(batch))
             reqs = [e.req for e in batch]
             dests = self.algo.route(StepResult(self.index, reqs, out.next_tokens, out.logits, out.hidden))
             if len(dests) != len(batch) or any(not 0 <= d < self.num_models for d in dests):
@@ -283,6 +285,16 @@ class Subserver:
             else:
                 self.hand_off(e, settled.peer)
 
+    def outputs_for(self, batch: list[Entry]) -> StepOutputs:
+        """What this step must return: what the algorithm reads, plus what a finishing request's client asked
+        for (`RequestMeta.outputs`: Std. Serving's dispatcher, /generate's return_logits)."""
+        asked = 0
+        for e in batch:
+            asked |= e.meta.outputs
+        if not asked:
+            return self.step_outputs
+        return self.step_outputs | {name for bit, name in _OUTPUT_BITS if asked & bit}
+
     def isolate(self, batch: list[Entry], kv_before: list[int], error: str) -> None:
         """After a failed step: roll every member's KV back to where it was and step each one alone, so only
         the request that makes a step fail (a bad sampling parameter, a router error on its input) fails."""
@@ -303,15 +315,15 @@ class Subserver:
         self.counters.committed += 1
 
     def finish(self, e: Entry, reason: str) -> None:
-        self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.hops))
+        self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.handoffs))
         self.drop(e.req.rid)
 
     def hand_off(self, e: Entry, dest: int) -> None:
         out = handoff.hand_off(self.algo, e.req, dest)
-        e.hops += 1
+        e.handoffs += 1
         self.counters.handoffs += 1
         self.sched.pend(e)
-        self._outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.hops,
+        self._outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.handoffs,
                                                              e.meta if out.first else None))
 
     def drop(self, rid: str, unregistered: Entry | None = None) -> None:
@@ -322,7 +334,7 @@ class Subserver:
             return
         for peer in e.req.peer_seen:
             release = PeerRequest(rid, 0, [], len(e.req.prompt_ids), finished=True)
-            self._outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.hops))
+            self._outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.handoffs))
 
     def fail(self, rid: str, error: str, unregistered: Entry | None = None) -> None:
         self._report.failures.append((rid, error))
@@ -344,7 +356,7 @@ class Subserver:
         self._outbox = waiting
         r = self._report
         if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
-            r.stats = {**self.counters.snapshot(now), **self.sched.occupancy()}
+            r.stats = asdict(self.counters.snapshot(now, self.sched.occupancy()))
             self._stats_dirty = False
             self._stats_sent = now
         if r.chunks or r.finishes or r.failures or r.stats:
@@ -398,6 +410,9 @@ class Subserver:
             self.stopping = True  # the front end died without telling us
         for rid in [r for r, t in self.aborted.items() if now - t > ABORT_MEMORY_S]:
             del self.aborted[rid]
+
+
+_OUTPUT_BITS: tuple[tuple[int, StepOutputName], ...] = ((OUT_LOGITS, "logits"), (OUT_HIDDEN, "hidden"))
 
 
 def _row(values: Any, row: int, wanted: int) -> list[float] | None:

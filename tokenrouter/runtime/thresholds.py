@@ -6,7 +6,7 @@ means some queue always reaches its threshold, so deadlock is impossible by cons
 
 Spec forms (RuntimeConfig.thresholds): "auto"; [B_0, ..., B_{M-1}] for every N; or a per-N table
 [[B_0, ...] for N=1, [...] for N=2, ...] whose last row serves larger N. "auto" uses the throughput model's
-B*(N) table (runtime/auto.py) when it can be computed, else all ones (plain continuous batching).
+B*(N) table (runtime/threshold_planner.py) when it can be computed, else all ones (plain continuous batching).
 """
 
 from __future__ import annotations

@@ -8,12 +8,13 @@ from typing import Any
 
 from tokenrouter.algorithms.bernoulli import Bernoulli
 from tokenrouter.algorithms.rates import measured_rate
-from tokenrouter.api import register
+from tokenrouter.api import Needs, register
 
 
 @register
 class MeasuredOnly(Bernoulli):
     name = "measured_only"
+    needs = Needs(step_outputs=frozenset(), rates="measured")
 
     def __init__(self, model_index: int, model_names: list[str], p: float = 0.35, **params: Any) -> None:
         super().__init__(model_index, model_names, route_prob=p, **params)

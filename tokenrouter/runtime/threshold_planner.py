@@ -6,7 +6,8 @@ latencies and routing rates. Latencies: a model's `latency_profile` (a `tokenrou
 or `auto`: measured by its subserver at start-up, so the table is computed once every subserver is ready),
 else a sim engine's SimSpec. Rates: the entry model's algorithm's `rates()` (its fixed params or, for learned
 routers, the held-out route rate saved with the router file), else the algorithm's config params
-(perfmodel's presets). When either is unknown the documented default is all ones: plain continuous
+(perfmodel's presets); the algorithm's `needs.rates` says whether they follow the decisions counted while
+serving, i.e. whether to re-plan. When either is unknown the documented default is all ones: plain continuous
 batching, never a stall.
 """
 
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tokenrouter.api import build_algorithm
+from tokenrouter.api import algorithm_class, build_algorithm
 from tokenrouter.children import child_env
 from tokenrouter.config import AUTO_PROFILE, AlgorithmSpec, ModelSpec
 from tokenrouter.engine.latency import LatencyProfile
@@ -55,7 +56,8 @@ def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec,
     insensitive to less, and the disk cache then serves nearby measurements."""
     names = [m.name for m in models]
     try:
-        rates = build_algorithm(algorithm.name, 0, names, dict(algorithm.params)).rates(routes)
+        algo = build_algorithm(algorithm.name, 0, names, dict(algorithm.params))
+        rates = algo.rates(routes if algo.needs.rates == "measured" else None)
     except UserError as exc:
         log.warning("thresholds=auto: %s; using the algorithm's config params for its routing rates", exc)
         rates = {}
@@ -64,14 +66,11 @@ def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec,
     return str(rates.get("preset") or algorithm.name), {**algorithm.params, **known}
 
 
-def rates_are_measured(models: list[ModelSpec], algorithm: AlgorithmSpec) -> bool:
-    """Whether the algorithm's routing rates follow the decisions counted while serving (learned routers,
-    R-Stitch), i.e. whether a re-tune can change anything; fixed-rate algorithms (bernoulli, ensemble) say no."""
-    names = [m.name for m in models]
-    probe = [[1000 if j == i else 0 for j in range(len(models))] for i in range(len(models))]
+def rates_are_measured(algorithm: AlgorithmSpec) -> bool:
+    """Whether the algorithm declares routing rates that follow the decisions counted while serving (learned
+    routers, R-Stitch: `needs.rates == "measured"`), i.e. whether a re-tune can change anything."""
     try:
-        algo = build_algorithm(algorithm.name, 0, names, dict(algorithm.params))
-        return algo.rates(probe) != algo.rates(None)
+        return algorithm_class(algorithm.name).needs.rates == "measured"
     except UserError:
         return False
 
@@ -184,7 +183,7 @@ class AutoThresholds:
         return ThresholdTable("auto", len(self.models), True, rows), why if rows is not None else f"all ones: {why}"
 
     def can_retune(self, measured: list[dict[str, Any] | None]) -> bool:
-        return latencies_known(self.models, measured) and rates_are_measured(self.models, self.algorithm)
+        return latencies_known(self.models, measured) and rates_are_measured(self.algorithm)
 
     async def retune(self, measured: list[dict[str, Any] | None], routes: Callable[[], list[list[int]]],
                      current: Callable[[], ThresholdTable], adopt: Callable[[ThresholdTable | None, str], None]) -> None:
@@ -210,7 +209,7 @@ class AutoThresholds:
 
 
 def main() -> None:
-    """`python -m tokenrouter.runtime.auto`: plan_thresholds in a child process (JSON on stdin and stdout), so
+    """`python -m tokenrouter.runtime.threshold_planner`: plan_thresholds in a child process (JSON on stdin and stdout), so
     that a re-tune while serving never holds the front end's GIL, at low CPU priority."""
     os.nice(10)
     job = json.load(sys.stdin)
@@ -225,10 +224,10 @@ async def plan_in_child(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n
                         measured: list[dict[str, Any] | None] | None,
                         routes: list[list[int]] | None,
                         context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
-    """plan_thresholds run by `python -m tokenrouter.runtime.auto` (killed if the caller is cancelled)."""
+    """plan_thresholds run by `python -m tokenrouter.runtime.threshold_planner` (killed if the caller is cancelled)."""
     job = {"models": [m.to_dict() for m in models], "algorithm": {"name": algorithm.name, **algorithm.params},
            "max_n": max_n, "measured": measured, "routes": routes, "context_tokens": context_tokens}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tokenrouter.runtime.auto",
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tokenrouter.runtime.threshold_planner",
                                                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE, env=child_env())
     try:
