@@ -14,6 +14,7 @@ from typing import Any
 
 from tokenrouter.cli.args import ArgumentParser
 from tokenrouter.cli.hydra_config import conf_dir
+from tokenrouter.cli.launchers import check, quiet_schema_matching, register_resolvers
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 
@@ -59,6 +60,8 @@ def hydra_app(conf: Path):  # -> hydra._internal.hydra.Hydra
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
 
+    register_resolvers()
+    quiet_schema_matching()
     GlobalHydra.instance().clear()
     return Hydra.create_main_hydra2("bench", create_config_search_path(str(conf)))
 
@@ -93,15 +96,23 @@ def _task(cfg: Any) -> Any:
 
     from evals.bench import RunFailed
     from evals.bench import run as run_one
+    from evals.objective import objective_names, objective_values
 
+    register_resolvers()  # a launcher's worker process composes nothing itself
     try:
-        return run_one(cfg)
+        summary = run_one(cfg)
+        if cfg.get("objective") is None:
+            return summary
+        return objective_values(summary, objective_names(cfg.objective))  # what a sweeper optimises
     except (UserError, RunFailed) as exc:
         return JobFailure(HydraConfig.get().runtime.output_dir, str(exc), isinstance(exc, UserError))
 
 
 def _failures(returns: Any) -> list[JobFailure]:
-    """JobFailures among Hydra's job returns (one JobReturn for a run, batches of them for a sweep)."""
+    """JobFailures among Hydra's job returns (one JobReturn for a run, batches of them for a sweep; None from
+    a sweeper that keeps them, e.g. Optuna, which logs its failed trials itself)."""
+    if returns is None:
+        return []
     items = returns if isinstance(returns, list) else [[returns]]
     return [r.return_value for batch in items for r in batch if isinstance(r.return_value, JobFailure)]
 
@@ -113,9 +124,16 @@ SHOWN = ("system", "algorithm", "models", "concurrency", "request_rate", "throug
 def output_dir(hydra: Any, overrides: list[str], multirun: bool) -> Path:
     """The directory a run (`hydra.run.dir`) or sweep (`hydra.sweep.dir`) writes, resolved against the whole
     composed config, as Hydra's launcher does: experiment configs interpolate `${experiment_name}` into it."""
+    return _output_dir(_compose(hydra, overrides, multirun), multirun)
+
+
+def _compose(hydra: Any, overrides: list[str], multirun: bool) -> Any:
     from hydra.types import RunMode
 
-    cfg = hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
+    return hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
+
+
+def _output_dir(cfg: Any, multirun: bool) -> Path:
     return Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)).resolve()
 
 
@@ -126,14 +144,18 @@ def _pin(key: str, directory: Path) -> str:
 
 def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any]) -> Any:
     """Run the job (or sweep, then collect it) holding its output dir for the whole time, and pinned to the
-    dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second)."""
-    directory = output_dir(hydra, overrides, multirun)
+    dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second).
+    Results are collected from the run dirs on disk, not from the launcher's returns: the same table whatever
+    order runs finished in, on whichever hosts, and also for sweepers that return nothing (Optuna)."""
+    cfg = _compose(hydra, overrides, multirun)
+    check(cfg)
+    directory = _output_dir(cfg, multirun)
     with locked_dir(directory, "sweep directory" if multirun else "run directory"):
         pinned = [*overrides, _pin("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)]
         if not multirun:
             return hydra.run(config_name="config", task_function=task, overrides=pinned)
         returns = hydra.multirun(config_name="config", task_function=task, overrides=pinned)
-        if returns and returns[0]:
+        if returns is None or (returns and returns[0]):
             collect(directory)
         return returns
 
