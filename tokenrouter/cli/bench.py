@@ -6,15 +6,17 @@ status 2 like every other command, and so tests can call `tokenrouter.cli.main([
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals.provenance import COMMAND_ENV
 from tokenrouter.cli.args import ArgumentParser
 from tokenrouter.cli.hydra_config import conf_dir
-from tokenrouter.cli.launchers import check, quiet_schema_matching, register_resolvers
+from tokenrouter.cli.launchers import check, crashed_job_errors, quiet_schema_matching, register_resolvers
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 
@@ -137,21 +139,27 @@ def _output_dir(cfg: Any, multirun: bool) -> Path:
     return Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)).resolve()
 
 
-def _pin(key: str, directory: Path) -> str:
-    """An override fixing `key` to `directory`, quoted (a comma in a path must not start a sweep)."""
-    return f"{key}='" + str(directory).replace("'", "\\'") + "'"
+def _pin(key: str, value: str | Path) -> str:
+    """An override fixing `key` to `value`, quoted (a comma in a path must not start a sweep) and with `${`
+    escaped (a command line's own interpolations stay text)."""
+    return f"{key}='" + str(value).replace("'", "\\'").replace("${", "\\${") + "'"
 
 
-def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any]) -> Any:
+def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any],
+           command: list[str] | None = None) -> Any:
     """Run the job (or sweep, then collect it) holding its output dir for the whole time, and pinned to the
     dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second).
     Results are collected from the run dirs on disk, not from the launcher's returns: the same table whatever
-    order runs finished in, on whichever hosts, and also for sweepers that return nothing (Optuna)."""
+    order runs finished in, on whichever hosts, and also for sweepers that return nothing (Optuna).
+    `command` goes to every job's environment (Hydra's hydra.job.env_set travels with the job to any
+    launcher's worker), so summary.json's provenance names the user's command, not the worker's."""
     cfg = _compose(hydra, overrides, multirun)
     check(cfg)
     directory = _output_dir(cfg, multirun)
     with locked_dir(directory, "sweep directory" if multirun else "run directory"):
         pinned = [*overrides, _pin("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)]
+        if command is not None:
+            pinned.append(_pin(f"+hydra.job.env_set.{COMMAND_ENV}", json.dumps(command)))
         if not multirun:
             return hydra.run(config_name="config", task_function=task, overrides=pinned)
         returns = hydra.multirun(config_name="config", task_function=task, overrides=pinned)
@@ -193,9 +201,13 @@ def run(argv: list[str]) -> int:
             hydra.show_cfg(config_name="config", overrides=args.overrides, cfg_type=args.cfg, package=None,
                            resolve=args.resolve)
             return 0
-        returns = launch(hydra, args.overrides, args.multirun, _task)
+        returns = launch(hydra, args.overrides, args.multirun, _task, ["tokenrouter", "bench", *argv])
     except (HydraException, OmegaConfBaseException) as exc:
         raise UserError(_one_line(exc)) from None
+    except crashed_job_errors() as exc:
+        print(f"tokenrouter bench: a run's process died: {_one_line(exc)} (rerun the command to resume)",
+              file=sys.stderr)
+        return 1
     finally:
         GlobalHydra.instance().clear()
     failures = _failures(returns)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -72,6 +73,22 @@ def check(cfg: Any) -> None:
     resolved = OmegaConf.to_container(launcher, resolve=True)  # a bad launcher setting fails here, as one line
     if launcher.get("_target_") == RAY_LAUNCHER:
         _fits_local_ray(resolved["ray"])
+
+
+def crashed_job_errors() -> tuple[type[BaseException], ...]:
+    """What a launcher raises when a job's process died rather than returned (Ray: the task failed after its
+    retries; submitit: the job failed, timed out or was cancelled): a crashed run, reported in one line. Only
+    launchers already imported count (evaluated in the `except` clause, after the launch imported them)."""
+    errors: list[type[BaseException]] = []
+    if "ray" in sys.modules:
+        from ray.exceptions import RayError
+
+        errors.append(RayError)
+    if "submitit" in sys.modules:
+        from submitit.core.utils import FailedJobError, UncompletedJobError
+
+        errors += [FailedJobError, UncompletedJobError]
+    return tuple(errors)
 
 
 def _maximised(direction: Any, names: list[str]) -> None:
