@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,14 @@ def test_joblib_runs_as_many_as_the_cores_hold(monkeypatch: pytest.MonkeyPatch) 
     assert composed("models=qwen3-0.6b-32b", "hydra/launcher=joblib").hydra.launcher.n_jobs == 1  # GPU sets
 
 
+def test_optuna_pareto_maximises_each_objective() -> None:
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    cfg = composed("hydra/sweeper=optuna_pareto", "objective=[accuracy,throughput_tok_s]", "seed=7")
+    assert list(cfg.hydra.sweeper.direction) == ["maximize", "maximize"]
+    assert cfg.hydra.sweeper.sampler._target_ == "optuna.samplers.NSGAIISampler"
+    assert cfg.hydra.sweeper.sampler.seed == 7
+
+
 def test_objective_names_and_values() -> None:
     assert objective_names("accuracy") == ["accuracy"]
     summary = {"accuracy": 0.5, "throughput_tok_s": 10, "large_token_share": None}
@@ -80,9 +89,10 @@ def test_objective_names_and_values() -> None:
 
 def test_objectives_are_summary_keys(tmp_path: Path) -> None:
     # every name but accuracy (graded workloads only) is in a sim run's summary, request_goodput with an SLO
-    assert main(["bench", *SIM, "slo.ttft_ms=1000", "objective=[throughput_tok_s,large_token_share]",
-                 f"hydra.run.dir={tmp_path}"]) == 0
+    args = [*SIM, "slo.ttft_ms=1000", "objective=[throughput_tok_s,large_token_share]", f"hydra.run.dir={tmp_path}"]
+    assert main(["bench", *args]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["provenance"]["command"] == ["tokenrouter", "bench", *args]  # the command, whoever ran it
     assert set(OBJECTIVES) - {"accuracy"} <= {k for k, v in summary.items() if isinstance(v, int | float)}
 
 
@@ -126,3 +136,42 @@ def test_optuna_needs_a_maximised_objective(overrides: list[str], message: str, 
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     assert main(["bench", "-m", *SIM, "hydra/sweeper=optuna", *overrides, f"hydra.sweep.dir={tmp_path}"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_failed_optuna_trial_ends_the_search_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    # r2r on the sim pair has no router: the trial fails, and past max_failure_rate (0) so does the search
+    assert main(["bench", "-m", *SIM, "algorithm=r2r", "hydra/sweeper=optuna_pareto", "objective=[throughput_tok_s]",
+                 "algorithm.threshold=interval(0.1,0.9)", "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == ("tokenrouter bench: error: r2r: no router given; set algorithm.router=PATH "
+                                            "(train one with `tokenrouter train-router --algorithm r2r`)")
+    assert "Traceback" not in err
+
+
+def test_slurm_array_asks_for_the_model_sets_resources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    # a stand-in SLURM whose sbatch keeps the script it was given and refuses it: the request as SLURM sees it
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 1\n")
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\ncp "$1" {tmp_path}/sbatch.sh\necho "sbatch: error: no" >&2\nexit 1\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    sweep = tmp_path / "sweep"
+    assert main(["bench", "-m", "models=qwen3-0.6b-32b", "concurrency=1,2", "hydra/launcher=submitit_slurm",
+                 "hydra.launcher.partition=gpu", f"hydra.sweep.dir={sweep}"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("tokenrouter bench: the launcher failed: ")
+    script = (tmp_path / "sbatch.sh").read_text()
+    for line in ("--array=0-1%2", "--gpus-per-node=2", "--cpus-per-task=4", "--mem=50GB", "--partition=gpu"):
+        assert f"#SBATCH {line}\n" in script
+
+
+def test_slurm_without_slurm_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    monkeypatch.setattr("shutil.which", lambda name, *a, **k: None)
+    assert main(["bench", "-m", *SIM, "hydra/launcher=submitit_slurm", f"hydra.sweep.dir={tmp_path}"]) == 2
+    assert "no SLURM here (sbatch / srun not on PATH)" in capsys.readouterr().err

@@ -16,7 +16,13 @@ from typing import Any
 from evals.provenance import COMMAND_ENV
 from tokenrouter.cli.args import ArgumentParser
 from tokenrouter.cli.hydra_config import conf_dir
-from tokenrouter.cli.launchers import check, crashed_job_errors, quiet_schema_matching, register_resolvers
+from tokenrouter.cli.launchers import (
+    OPTUNA_SWEEPER,
+    check,
+    crashed_job_errors,
+    quiet_schema_matching,
+    register_resolvers,
+)
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 
@@ -42,8 +48,10 @@ Sweeps: a sweep skips every run whose summary.json already exists (an unreadable
 warning), so rerunning the same command after a crash resumes it; at the end its runs are collected into one
 table, <sweep dir>/results.csv. A run or sweep holds its directory while it runs: a second one into the same
 directory is refused (exit 2). Experiments write to the fixed dir multirun/<experiment>/<point>; for your own sweeps pass
-hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out: joblib locally
-(hydra/launcher=joblib, package hydra-joblib-launcher), submitit on SLURM (see conf/experiment/README.md).
+hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out, each run asking for what its
+model set needs: hydra/launcher=joblib (local), ray (a local Ray, or hydra.launcher.ray.init.address=auto),
+submitit_slurm / submitit_local; hydra/sweeper=optuna_pareto objective=[accuracy,throughput_tok_s] searches
+instead of a grid (see conf/experiment/README.md).
 Set TOKENROUTER_CONF=DIR to use another config dir (default: the repo's conf/)."""
 
 
@@ -107,12 +115,15 @@ def _task(cfg: Any) -> Any:
             return summary
         return objective_values(summary, objective_names(cfg.objective))  # what a sweeper optimises
     except (UserError, RunFailed) as exc:
+        if HydraConfig.get().sweeper.get("_target_") == OPTUNA_SWEEPER:
+            raise  # Optuna reads a raised error as a failed trial (a JobFailure would be "not a float") and
+            # ends the search with it past max_failure_rate
         return JobFailure(HydraConfig.get().runtime.output_dir, str(exc), isinstance(exc, UserError))
 
 
 def _failures(returns: Any) -> list[JobFailure]:
     """JobFailures among Hydra's job returns (one JobReturn for a run, batches of them for a sweep; None from
-    a sweeper that keeps them, e.g. Optuna, which logs its failed trials itself)."""
+    a sweeper that keeps them, e.g. Optuna, which logs its failed trials and raises past max_failure_rate)."""
     if returns is None:
         return []
     items = returns if isinstance(returns, list) else [[returns]]
@@ -188,6 +199,8 @@ def run(argv: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from evals.bench import RunFailed
+
     args = _parser().parse_args(argv)
     bad = [o for o in args.overrides if o.startswith("-")]
     if bad:
@@ -204,9 +217,12 @@ def run(argv: list[str]) -> int:
         returns = launch(hydra, args.overrides, args.multirun, _task, ["tokenrouter", "bench", *argv])
     except (HydraException, OmegaConfBaseException) as exc:
         raise UserError(_one_line(exc)) from None
+    except RunFailed as exc:  # a failed Optuna trial, past the sweeper's max_failure_rate
+        print(f"tokenrouter bench: run failed: {exc}", file=sys.stderr)
+        return 1
     except crashed_job_errors() as exc:
-        print(f"tokenrouter bench: a run's process died: {_one_line(exc)} (rerun the command to resume)",
-              file=sys.stderr)
+        print(f"tokenrouter bench: the launcher failed: {_one_line(exc)} (finished runs are kept: rerun the "
+              "command to resume)", file=sys.stderr)
         return 1
     finally:
         GlobalHydra.instance().clear()

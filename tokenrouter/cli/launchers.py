@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import sys
 import warnings
 from typing import Any
@@ -22,6 +23,7 @@ PLUGINS = {
     "hydra_plugins.hydra_joblib_launcher": ("hydra-joblib-launcher", None),
 }
 RAY_LAUNCHER = "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"
+SLURM_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
 OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 
 
@@ -73,21 +75,25 @@ def check(cfg: Any) -> None:
     resolved = OmegaConf.to_container(launcher, resolve=True)  # a bad launcher setting fails here, as one line
     if launcher.get("_target_") == RAY_LAUNCHER:
         _fits_local_ray(resolved["ray"])
+    if launcher.get("_target_") == SLURM_LAUNCHER and not (shutil.which("sbatch") and shutil.which("srun")):
+        raise UserError("hydra/launcher=submitit_slurm: no SLURM here (sbatch / srun not on PATH); run the command "
+                        "on a login node, or try the sweep on this machine with hydra/launcher=submitit_local")
 
 
 def crashed_job_errors() -> tuple[type[BaseException], ...]:
-    """What a launcher raises when a job's process died rather than returned (Ray: the task failed after its
-    retries; submitit: the job failed, timed out or was cancelled): a crashed run, reported in one line. Only
-    launchers already imported count (evaluated in the `except` clause, after the launch imported them)."""
+    """What a launcher raises when a job could not be submitted or its process died rather than returned
+    (Ray: the task failed after its retries; submitit: sbatch refused the array, or a job failed, timed out or
+    was cancelled), reported in one line. Only launchers already imported count (evaluated in the `except`
+    clause, after the launch imported them)."""
     errors: list[type[BaseException]] = []
     if "ray" in sys.modules:
         from ray.exceptions import RayError
 
         errors.append(RayError)
     if "submitit" in sys.modules:
-        from submitit.core.utils import FailedJobError, UncompletedJobError
+        from submitit.core.utils import FailedSubmissionError, UncompletedJobError
 
-        errors += [FailedJobError, UncompletedJobError]
+        errors += [FailedSubmissionError, UncompletedJobError]  # UncompletedJobError: FailedJobError too
     return tuple(errors)
 
 
