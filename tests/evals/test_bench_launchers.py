@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
@@ -66,6 +67,11 @@ def test_joblib_runs_as_many_as_the_cores_hold(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr("os.cpu_count", lambda: 8)
     assert composed("models=sim-r2r", "hydra/launcher=joblib").hydra.launcher.n_jobs == 8 // 3
     assert composed("models=qwen3-0.6b-32b", "hydra/launcher=joblib").hydra.launcher.n_jobs == 1  # GPU sets
+
+
+def test_results_name_the_sweeper(tmp_path: Path) -> None:
+    assert main(["bench", "-m", *SIM, "concurrency=1,2", f"hydra.sweep.dir={tmp_path}"]) == 0
+    assert list(pd.read_csv(tmp_path / "results.csv")["sweeper"]) == ["basic", "basic"]  # a grid
 
 
 def test_optuna_pareto_maximises_each_objective() -> None:

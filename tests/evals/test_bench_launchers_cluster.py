@@ -127,6 +127,7 @@ def test_optuna_searches_a_threshold_and_resumes(tmp_path: Path, capsys: pytest.
     assert main(sweep) == 0
     table = pd.read_csv(tmp_path / "results.csv")
     assert len(table) == 6 and table["cfg.algorithm.route_prob"].between(0.05, 0.95).all()
+    assert set(table["sweeper"]) == {"optuna_pareto"}  # the report draws its frontier apart from a grid's
     front = (tmp_path / "optimization_results.yaml").read_text()
     assert "solutions:" in front and "algorithm.route_prob" in front
     # the seeded sampler proposes the same trials again, and each comes back from its summary.json
