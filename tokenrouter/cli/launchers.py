@@ -1,7 +1,7 @@
 """Hydra launchers and sweepers for `tokenrouter bench -m`: the resolvers their configs use
-(conf/hydra/launcher/*.yaml, conf/hydra/sweeper/optuna.yaml) and the checks made before a sweep starts, so a
-missing plugin, a bad objective or a request no local machine can meet is one line (exit 2) rather than a
-traceback from inside the plugin or a Ray task waiting forever for CPUs that do not exist."""
+(conf/hydra/launcher/*.yaml, conf/hydra/sweeper/optuna_pareto.yaml) and the checks made before a sweep
+starts, so a missing plugin, a bad objective or a request no local machine can meet is one line (exit 2)
+rather than a traceback from inside the plugin or a Ray task waiting forever for CPUs that do not exist."""
 
 from __future__ import annotations
 
