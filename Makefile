@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients vllm-venv
+.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ vllm-venv:
 test-clients: $(STAMP)
 	$(PY) -m pip install -q -e ".[clients]"
 	$(PY) -m pytest -q -m slow tests/runtime/test_http_lm_eval.py tests/runtime/test_bench_tools.py
+
+# Hydra's Ray and submitit launchers and Optuna sweeper on a CPU sweep (a local Ray cluster, submitit's local
+# executor; ~2 min): the same results.csv as joblib, resume after a killed worker, an Optuna search.
+test-launchers: $(STAMP)
+	$(PY) -m pip install -q -e ".[ray,submitit,optuna]"
+	$(PY) -m pytest -q tests/evals/test_bench_launchers.py
+	$(PY) -m pytest -q -m slow tests/evals/test_bench_launchers_cluster.py
 
 # Optional SGLang engine (`engine: sglang`): a separate venv, since sglang pins its own torch/transformers.
 SGL_VENV ?= .venv-sglang

@@ -42,15 +42,24 @@ def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 
 def series_across_setups(runs: pd.DataFrame) -> pd.Series:
-    """Legend names that also tell model pairs and tensor-parallel settings apart where a workload's runs
-    span several: one frontier per (method, pair, TP), e.g. "tokenrouter (r2r) · 0.6B/32B · TP 1/2"."""
+    """Legend names that also tell model pairs, tensor-parallel settings and searches apart where a
+    workload's runs span several: one frontier per (method, pair, TP, sweeper), e.g. "tokenrouter (r2r) ·
+    0.6B/32B · TP 1/2", and "... · optuna_pareto search" next to "... · grid" for an Optuna study of a grid's
+    points."""
     names = runs.apply(series_label, axis=1)
-    for column, label in (("model_set", pair_label), ("tp", lambda tp: f"TP {tp}")):
+    for column, label in (("model_set", pair_label), ("tp", lambda tp: f"TP {tp}"), ("sweeper", search_label)):
         if column not in runs:
             continue
         varies = runs.groupby("workload")[column].transform(lambda c: c.nunique(dropna=True) > 1).astype(bool)
         names = names.where(~varies, names + " · " + runs[column].map(label))
     return names
+
+
+def search_label(sweeper: object) -> str:
+    """basic -> "grid", optuna_pareto -> "optuna_pareto search", none (a run outside a sweep) -> "run"."""
+    if not isinstance(sweeper, str):
+        return "run"
+    return "grid" if sweeper == "basic" else f"{sweeper} search"
 
 
 def pareto_plot(df: pd.DataFrame, out: Path) -> list[Path]:

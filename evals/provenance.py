@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import json
+import os
 import platform
 import socket
 import subprocess
@@ -14,6 +16,7 @@ from typing import Any
 
 PACKAGES = ("tokenrouter", "torch", "transformers", "sglang", "pyzmq", "hydra-core")
 _REPO = Path(__file__).resolve().parents[1]
+COMMAND_ENV = "TOKENROUTER_COMMAND"
 
 
 def _git(*args: str) -> str | None:
@@ -54,5 +57,18 @@ def provenance(model_devices: list[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "devices": _devices(model_devices),
         "host": socket.gethostname(),
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "command": command(),
     }
+
+
+def command() -> list[str]:
+    """The command line that made the run: the one `tokenrouter bench` passes down in $TOKENROUTER_COMMAND
+    (a JSON list, set in the job by Hydra, so a launcher's worker process records the user's command rather
+    than its own, e.g. Ray's default_worker.py), else this process's."""
+    try:
+        argv = json.loads(os.environ.get(COMMAND_ENV, "null"))
+    except ValueError:
+        argv = None
+    if isinstance(argv, list) and all(isinstance(a, str) for a in argv):
+        return argv
+    return [Path(sys.argv[0]).name, *sys.argv[1:]]

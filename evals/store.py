@@ -49,6 +49,22 @@ def load_config(run_dir: Path) -> dict[str, Any]:
     return {}
 
 
+def sweeper_choice(run_dir: Path) -> str | None:
+    """The Hydra sweeper that made a sweep's run (`basic`: a grid; e.g. `optuna_pareto`: a search), from the
+    run's .hydra/hydra.yaml, so a report can tell a search's frontier from a grid's; None outside a sweep."""
+    import yaml
+
+    path = run_dir / ".hydra" / "hydra.yaml"
+    try:
+        hydra = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("hydra") or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return None
+    if not isinstance(hydra, dict) or hydra.get("mode") == "RUN":  # a sweep's jobs: MULTIRUN, or null
+        return None
+    choice = ((hydra.get("runtime") or {}).get("choices") or {}).get("hydra/sweeper")
+    return str(choice) if choice is not None else None
+
+
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts -> {"a.b.c": scalar}; lists stay whole, as JSON text (so every cell is a scalar)."""
     if not isinstance(data, dict):
@@ -97,6 +113,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "system_model": get("system", "model"),
         "strong_share": get("system", "strong_share"),
         "variant": get("ablation_variant") or get("variant"),
+        "sweeper": sweeper_choice(run_dir),
     }
     row.update({f"cfg.{k}": v for k, v in flatten(cfg).items()})
     # the summary records what actually ran (effective N, thresholds resolved from `auto`): it wins

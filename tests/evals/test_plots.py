@@ -34,3 +34,16 @@ def test_tp_sweep_runs_get_a_frontier_per_tp_setting(tmp_path) -> None:
     table = pd.read_csv(tmp_path / "pareto_arith.csv")
     assert set(table["series"]) == {"tokenrouter (r2r) · TP 1/1", "tokenrouter (r2r) · TP 1/2"}
     assert (tmp_path / "pareto_arith.png") in written
+
+
+def test_a_search_gets_its_own_frontier_next_to_the_grids(tmp_path) -> None:
+    df = _runs([("amc23", "qwen3-0.6b-32b", "1/2")] * 5)
+    df["experiment"] = ["pareto_amc23"] * 3 + ["pareto_amc23_optuna"] * 2
+    df["sweeper"] = ["basic"] * 3 + ["optuna_pareto"] * 2
+    df["accuracy"] = [0.5, 0.4, 0.3, 0.45, 0.35]
+    df["per_request_throughput_tok_s"] = [10.0, 20.0, 30.0, 15.0, 25.0]
+    df["run_dir"] = [f"r{i}" for i in range(5)]
+    pareto_plot(df, tmp_path)
+    table = pd.read_csv(tmp_path / "pareto_amc23.csv")
+    assert list(table["series"]) == ["tokenrouter (r2r) · grid"] * 3 + ["tokenrouter (r2r) · optuna_pareto search"] * 2
+    assert list(series_across_setups(df.assign(sweeper="basic"))) == ["tokenrouter (r2r)"] * 5  # grids only

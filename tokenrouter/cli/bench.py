@@ -6,14 +6,23 @@ status 2 like every other command, and so tests can call `tokenrouter.cli.main([
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals.provenance import COMMAND_ENV
 from tokenrouter.cli.args import ArgumentParser
 from tokenrouter.cli.hydra_config import conf_dir
+from tokenrouter.cli.launchers import (
+    OPTUNA_SWEEPER,
+    check,
+    crashed_job_errors,
+    quiet_schema_matching,
+    register_resolvers,
+)
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 
@@ -39,8 +48,10 @@ Sweeps: a sweep skips every run whose summary.json already exists (an unreadable
 warning), so rerunning the same command after a crash resumes it; at the end its runs are collected into one
 table, <sweep dir>/results.csv. A run or sweep holds its directory while it runs: a second one into the same
 directory is refused (exit 2). Experiments write to the fixed dir multirun/<experiment>/<point>; for your own sweeps pass
-hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out: joblib locally
-(hydra/launcher=joblib, package hydra-joblib-launcher), submitit on SLURM (see conf/experiment/README.md).
+hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out, each run asking for what its
+model set needs: hydra/launcher=joblib (local), ray (a local Ray, or hydra.launcher.ray.init.address=auto),
+submitit_slurm / submitit_local; hydra/sweeper=optuna_pareto objective=[accuracy,throughput_tok_s] searches
+instead of a grid (see conf/experiment/README.md).
 Set TOKENROUTER_CONF=DIR to use another config dir (default: the repo's conf/)."""
 
 
@@ -59,6 +70,8 @@ def hydra_app(conf: Path):  # -> hydra._internal.hydra.Hydra
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
 
+    register_resolvers()
+    quiet_schema_matching()
     GlobalHydra.instance().clear()
     return Hydra.create_main_hydra2("bench", create_config_search_path(str(conf)))
 
@@ -93,15 +106,26 @@ def _task(cfg: Any) -> Any:
 
     from evals.bench import RunFailed
     from evals.bench import run as run_one
+    from evals.objective import objective_names, objective_values
 
+    register_resolvers()  # a launcher's worker process composes nothing itself
     try:
-        return run_one(cfg)
+        summary = run_one(cfg)
+        if cfg.get("objective") is None:
+            return summary
+        return objective_values(summary, objective_names(cfg.objective))  # what a sweeper optimises
     except (UserError, RunFailed) as exc:
+        if HydraConfig.get().sweeper.get("_target_") == OPTUNA_SWEEPER:
+            raise  # Optuna reads a raised error as a failed trial (a JobFailure would be "not a float") and
+            # ends the search with it past max_failure_rate
         return JobFailure(HydraConfig.get().runtime.output_dir, str(exc), isinstance(exc, UserError))
 
 
 def _failures(returns: Any) -> list[JobFailure]:
-    """JobFailures among Hydra's job returns (one JobReturn for a run, batches of them for a sweep)."""
+    """JobFailures among Hydra's job returns (one JobReturn for a run, batches of them for a sweep; None from
+    a sweeper that keeps them, e.g. Optuna, which logs its failed trials and raises past max_failure_rate)."""
+    if returns is None:
+        return []
     items = returns if isinstance(returns, list) else [[returns]]
     return [r.return_value for batch in items for r in batch if isinstance(r.return_value, JobFailure)]
 
@@ -113,27 +137,44 @@ SHOWN = ("system", "algorithm", "models", "concurrency", "request_rate", "throug
 def output_dir(hydra: Any, overrides: list[str], multirun: bool) -> Path:
     """The directory a run (`hydra.run.dir`) or sweep (`hydra.sweep.dir`) writes, resolved against the whole
     composed config, as Hydra's launcher does: experiment configs interpolate `${experiment_name}` into it."""
+    return _output_dir(_compose(hydra, overrides, multirun), multirun)
+
+
+def _compose(hydra: Any, overrides: list[str], multirun: bool) -> Any:
     from hydra.types import RunMode
 
-    cfg = hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
+    return hydra.compose_config("config", overrides, run_mode=RunMode.MULTIRUN if multirun else RunMode.RUN)
+
+
+def _output_dir(cfg: Any, multirun: bool) -> Path:
     return Path(str(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)).resolve()
 
 
-def _pin(key: str, directory: Path) -> str:
-    """An override fixing `key` to `directory`, quoted (a comma in a path must not start a sweep)."""
-    return f"{key}='" + str(directory).replace("'", "\\'") + "'"
+def _pin(key: str, value: str | Path) -> str:
+    """An override fixing `key` to `value`, quoted (a comma in a path must not start a sweep) and with `${`
+    escaped (a command line's own interpolations stay text)."""
+    return f"{key}='" + str(value).replace("'", "\\'").replace("${", "\\${") + "'"
 
 
-def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any]) -> Any:
+def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any],
+           command: list[str] | None = None) -> Any:
     """Run the job (or sweep, then collect it) holding its output dir for the whole time, and pinned to the
-    dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second)."""
-    directory = output_dir(hydra, overrides, multirun)
+    dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second).
+    Results are collected from the run dirs on disk, not from the launcher's returns: the same table whatever
+    order runs finished in, on whichever hosts, and also for sweepers that return nothing (Optuna).
+    `command` goes to every job's environment (Hydra's hydra.job.env_set travels with the job to any
+    launcher's worker), so summary.json's provenance names the user's command, not the worker's."""
+    cfg = _compose(hydra, overrides, multirun)
+    check(cfg)
+    directory = _output_dir(cfg, multirun)
     with locked_dir(directory, "sweep directory" if multirun else "run directory"):
         pinned = [*overrides, _pin("hydra.sweep.dir" if multirun else "hydra.run.dir", directory)]
+        if command is not None:
+            pinned.append(_pin(f"+hydra.job.env_set.{COMMAND_ENV}", json.dumps(command)))
         if not multirun:
             return hydra.run(config_name="config", task_function=task, overrides=pinned)
         returns = hydra.multirun(config_name="config", task_function=task, overrides=pinned)
-        if returns and returns[0]:
+        if returns is None or (returns and returns[0]):
             collect(directory)
         return returns
 
@@ -158,6 +199,8 @@ def run(argv: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from evals.bench import RunFailed
+
     args = _parser().parse_args(argv)
     bad = [o for o in args.overrides if o.startswith("-")]
     if bad:
@@ -171,9 +214,16 @@ def run(argv: list[str]) -> int:
             hydra.show_cfg(config_name="config", overrides=args.overrides, cfg_type=args.cfg, package=None,
                            resolve=args.resolve)
             return 0
-        returns = launch(hydra, args.overrides, args.multirun, _task)
+        returns = launch(hydra, args.overrides, args.multirun, _task, ["tokenrouter", "bench", *argv])
     except (HydraException, OmegaConfBaseException) as exc:
         raise UserError(_one_line(exc)) from None
+    except RunFailed as exc:  # a failed Optuna trial, past the sweeper's max_failure_rate
+        print(f"tokenrouter bench: run failed: {exc}", file=sys.stderr)
+        return 1
+    except crashed_job_errors() as exc:
+        print(f"tokenrouter bench: the launcher failed: {_one_line(exc)} (finished runs are kept: rerun the "
+              "command to resume)", file=sys.stderr)
+        return 1
     finally:
         GlobalHydra.instance().clear()
     failures = _failures(returns)
