@@ -12,7 +12,7 @@ from tokenrouter.api import PeerRequest, build_algorithm
 from tokenrouter.config import ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.sim import SimEngine
-from tokenrouter.runtime.ipc import bind_inbox, connect_outbox
+from tokenrouter.runtime.ipc import PushLink, bind_inbox, connect_outbox
 from tokenrouter.runtime.messages import PeerMessage, Peers, RequestMeta, decode
 from tokenrouter.runtime.subserver import Subserver, SubserverConfig
 
@@ -28,7 +28,8 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
     cfg = SubserverConfig(1, [m.to_dict() for m in MODELS], "bernoulli", {"route_prob": 1.0},
                           asdict(RuntimeConfig(thresholds=[1, 1])), frontend_endpoint, "ipc", str(tmp_path))
     algo = build_algorithm("bernoulli", 1, ["small", "large"], {"route_prob": 1.0})
-    sub = Subserver(cfg, SimEngine.from_spec(MODELS[1]), algo, ctx, inbox, connect_outbox(ctx, frontend_endpoint))
+    sub = Subserver(cfg, SimEngine.from_spec(MODELS[1]), algo, ctx, inbox,
+                    PushLink(connect_outbox(ctx, frontend_endpoint)))
     try:
         meta = RequestMeta(8, SamplingParams(), 7, [])
         sub.handle(PeerMessage(PeerRequest("r", 0, [5, 6, 7], 3), sender=0, handoffs=1, meta=meta))
@@ -42,8 +43,8 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
         [reply] = decode(small_inbox.recv())
         assert isinstance(reply, PeerMessage) and reply.msg.rid == "r" and reply.sender == 1
     finally:
-        for sock in (small_inbox, frontend_inbox, inbox, sub.to_frontend):
+        for sock in (small_inbox, frontend_inbox, inbox):
             sock.close(linger=0)
-        for link in sub.peers.values():
+        for link in (*sub.peers.values(), sub.to_frontend):
             link.close()
         ctx.term()

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import zmq
-
 from tokenrouter.api import algorithm_class, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
@@ -335,7 +333,7 @@ class TokenRouterFrontend(ServingSystem):
         self._flights[rid] = flight
         try:
             self._broadcast_active()
-            group.outboxes[0].send(frame, zmq.NOBLOCK)
+            group.send(0, frame)
         except BaseException as exc:
             self._flights.pop(rid, None)
             with contextlib.suppress(Exception):

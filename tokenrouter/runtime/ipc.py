@@ -169,5 +169,5 @@ class PushLink:
     def flush(self) -> None:
         pass
 
-    def close(self) -> None:
-        self.sock.close(linger=0)
+    def close(self, linger_s: float = 0.0) -> None:
+        self.sock.close(linger=int(linger_s * 1000))

@@ -114,7 +114,7 @@ class Counters:
 
 class Subserver:
     def __init__(self, cfg: SubserverConfig, engine: Engine, algo: RoutingAlgorithm, ctx: zmq.Context,
-                 inbox: zmq.Socket, to_frontend: zmq.Socket, listener: Listener | None = None) -> None:
+                 inbox: zmq.Socket, to_frontend: PushLink | Link, listener: Listener | None = None) -> None:
         self.index = cfg.index
         self.num_models = len(cfg.models)
         spec = ModelSpec.from_dict(cfg.models[cfg.index])
@@ -360,7 +360,10 @@ class Subserver:
             self._stats_dirty = False
             self._stats_sent = now
         if r.chunks or r.finishes or r.failures or r.stats:
-            self.to_frontend.send(encode([r]), zmq.NOBLOCK)
+            try:
+                self.to_frontend.send(encode([r]))
+            except LinkClosed:  # the front end is gone: nobody to serve
+                self.stopping = True
             self._report = Report(self.index)
 
     def _stats_due_in(self, now: float) -> float | None:
@@ -371,7 +374,7 @@ class Subserver:
     def flush_backlogs(self) -> bool:
         """Write what the kernel did not take last time to each direct link; True while some remains."""
         pending = False
-        for link in self.peers.values():
+        for link in (*self.peers.values(), self.to_frontend):
             if link.backlog:
                 with contextlib.suppress(LinkClosed):
                     link.flush()
@@ -444,7 +447,9 @@ def main(blob: bytes) -> None:
     ctx = zmq.Context()
     keys = cfg.keys
     auth = None if keys is None else start_authenticator(ctx, keys)
-    to_frontend = connect_outbox(ctx, cfg.frontend, keys)
+    direct = cfg.transport == "ipc" and RuntimeConfig.from_dict(cfg.runtime).peer_link == "direct"
+    to_frontend: PushLink | Link = unix_link.connect(unix_link.frontend_path(cfg.where)) if direct \
+        else PushLink(connect_outbox(ctx, cfg.frontend, keys))
     status = 0
     engine: Engine | None = None
     try:
@@ -461,7 +466,6 @@ def main(blob: bytes) -> None:
         algo.bind(engine)
         profile = _startup_profile(cfg, spec, engine, RuntimeConfig.from_dict(cfg.runtime))
         inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}", keys)
-        direct = cfg.transport == "ipc" and RuntimeConfig.from_dict(cfg.runtime).peer_link == "direct"
         listener = Listener(unix_link.peer_path(cfg.where, cfg.index)) if direct else None
         ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
         to_frontend.send(encode([ready]))
@@ -479,7 +483,7 @@ def main(blob: bytes) -> None:
         if engine is not None:  # tensor-parallel ranks are told to stop and are waited for
             with contextlib.suppress(Exception):
                 engine.close()
-        to_frontend.close(linger=2000)  # let a final Report / Fatal reach the front end
+        to_frontend.close(linger_s=2.0)  # let a final Report / Fatal reach the front end
         if auth is not None:
             auth.stop()
         ctx.destroy(linger=0)

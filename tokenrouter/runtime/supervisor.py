@@ -28,9 +28,10 @@ import zmq
 
 from tokenrouter.children import child_env
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
-from tokenrouter.runtime import subserver
+from tokenrouter.runtime import subserver, unix_link
 from tokenrouter.runtime.ipc import (
     CurveKeys,
+    PushLink,
     bind_inbox,
     connect_outbox,
     private_dir,
@@ -38,6 +39,7 @@ from tokenrouter.runtime.ipc import (
     start_authenticator,
 )
 from tokenrouter.runtime.messages import Fatal, Message, Peers, Ready, Report, Shutdown, decode, encode
+from tokenrouter.runtime.unix_link import Link, LinkClosed, Listener
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,10 @@ class Subservers:
         self.failure: str | None = None  # why the runtime stopped serving; None while healthy
         self.keys: CurveKeys | None = None  # runtime.ipc=tcp: the run's CURVE key pair
         self.inbox: zmq.Socket | None = None
-        self.outboxes: list[zmq.Socket] = []
+        self.outboxes: list[PushLink | Link] = []  # per model: direct unix links (ipc mode) or zmq PUSH
+        self.listener: Listener | None = None  # ipc mode: where the subservers' direct links arrive
+        self.links_in: list[Link] = []
+        self._where = ""
         self._fatal: dict[int, str] = {}
         self._dir: Path | None = None
         self._ctx: zmq.Context | None = None
@@ -114,6 +119,10 @@ class Subservers:
         self.inbox, endpoint = bind_inbox(self._ctx, rt.ipc, where, "frontend", self.keys)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.inbox.getsockopt(zmq.FD), self.drain)
+        self._where = where
+        if rt.ipc == "ipc" and rt.peer_link == "direct":
+            self.listener = Listener(unix_link.frontend_path(where))
+            self._loop.add_reader(self.listener.fileno(), self._accept)
         _watch(self)
         self._startup = self._loop.create_future()
         models = [m.to_dict() for m in self.models]
@@ -135,33 +144,75 @@ class Subservers:
         """Open an outbox to every ready subserver and tell each where its peers are."""
         assert self._ctx is not None
         endpoints = [r.endpoint for r in self.ready if r is not None]
-        self.outboxes = [connect_outbox(self._ctx, e, self.keys) for e in endpoints]
+        if self.listener is not None:
+            self.outboxes = [unix_link.connect(unix_link.peer_path(self._where, i)) for i in range(len(endpoints))]
+        else:
+            self.outboxes = [PushLink(connect_outbox(self._ctx, e, self.keys)) for e in endpoints]
         self.send_all([Peers(endpoints)])
 
     # ---- frames --------------------------------------------------------------------------------------------
 
     def send_all(self, msgs: list[Message]) -> None:
         frame = encode(msgs)
-        for sock in self.outboxes:
-            sock.send(frame, zmq.NOBLOCK)
+        for i in range(len(self.outboxes)):
+            self.send(i, frame)
+
+    def send(self, model: int, frame: bytes) -> None:
+        """One frame to one subserver. A direct link the kernel did not take all of is finished from the event
+        loop when its socket turns writable (never a blocking write on the loop)."""
+        link = self.outboxes[model]
+        link.send(frame)
+        if link.backlog and isinstance(link, Link) and self._loop is not None:
+            self._loop.add_writer(link.fileno(), self._write_backlog, link)
+
+    def _write_backlog(self, link: Link) -> None:
+        try:
+            link.flush()
+        except LinkClosed:
+            pass  # the subserver is gone; _supervise reports it
+        if not link.backlog and self._loop is not None:
+            self._loop.remove_writer(link.fileno())
 
     def drain(self) -> None:
         """Drain every queued frame (the zmq FD is edge-triggered: read until empty on each wake-up)."""
         sock = self.inbox
         while sock is not None and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            frame = sock.recv(zmq.NOBLOCK)
-            try:
-                msgs = decode(frame)
-            except ValueError as exc:  # not from a subserver of ours: drop it, never die of it
-                log.warning("front end: dropped a %d-byte frame: %s", len(frame), exc)
-                continue
-            for msg in msgs:
-                if isinstance(msg, Report):
-                    self.on_report(msg)
-                elif isinstance(msg, Ready):
-                    self._on_ready(msg)
-                elif isinstance(msg, Fatal):
-                    self._on_fatal(msg)
+            self._on_frame(sock.recv(zmq.NOBLOCK))
+
+    def _accept(self) -> None:
+        assert self.listener is not None and self._loop is not None
+        for link in self.listener.accept():
+            self.links_in.append(link)
+            self._loop.add_reader(link.fileno(), self._read_link, link)
+
+    def _read_link(self, link: Link) -> None:
+        try:
+            frames = link.recv_frames()
+        except LinkClosed:  # a subserver exited; _supervise reports it
+            self._drop_link(link)
+            return
+        for frame in frames:
+            self._on_frame(frame)
+
+    def _drop_link(self, link: Link) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.remove_reader(link.fileno())
+        self.links_in.remove(link)
+        link.close()
+
+    def _on_frame(self, frame: bytes) -> None:
+        try:
+            msgs = decode(frame)
+        except ValueError as exc:  # not from a subserver of ours: drop it, never die of it
+            log.warning("front end: dropped a %d-byte frame: %s", len(frame), exc)
+            return
+        for msg in msgs:
+            if isinstance(msg, Report):
+                self.on_report(msg)
+            elif isinstance(msg, Ready):
+                self._on_ready(msg)
+            elif isinstance(msg, Fatal):
+                self._on_fatal(msg)
 
     def _on_ready(self, msg: Ready) -> None:
         self.ready[msg.model] = msg
@@ -203,7 +254,7 @@ class Subservers:
             return
         self._closed = True
         if self.outboxes:  # connected: ask politely first
-            with contextlib.suppress(zmq.ZMQError):
+            with contextlib.suppress(zmq.ZMQError, LinkClosed):
                 self.send_all([Shutdown()])
             deadline = time.monotonic() + SHUTDOWN_WAIT_S
             while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
@@ -225,12 +276,24 @@ class Subservers:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if self.inbox is not None and self._loop is not None and not self._loop.is_closed():
-            self._loop.remove_reader(self.inbox.getsockopt(zmq.FD))
-        for sock in [*self.outboxes, self.inbox]:
-            if sock is not None:
-                sock.close(linger=0)
-        self.outboxes, self.inbox = [], None
+        loop = self._loop if self._loop is not None and not self._loop.is_closed() else None
+        if self.inbox is not None and loop is not None:
+            loop.remove_reader(self.inbox.getsockopt(zmq.FD))
+        if loop is not None:  # unregister before closing: a closed socket has no fd left to name
+            for link in self.links_in:
+                loop.remove_reader(link.fileno())
+            for link in self.outboxes:
+                if isinstance(link, Link):
+                    loop.remove_writer(link.fileno())
+            if self.listener is not None:
+                loop.remove_reader(self.listener.fileno())
+        for link in [*self.links_in, *self.outboxes]:
+            link.close()
+        if self.listener is not None:
+            self.listener.close()
+        if self.inbox is not None:
+            self.inbox.close(linger=0)
+        self.outboxes, self.links_in, self.inbox, self.listener = [], [], None, None
         if self._auth is not None:
             self._auth.stop()
             self._auth = None

@@ -6,7 +6,8 @@ delays on a machine whose cores are busy with model steps. A plain socket writte
 by the receiver costs one wake-up: `benchmarks/bench_zmq_floor.py` measures both ping-pongs side by side.
 Stream sockets rather than SOCK_SEQPACKET because a frame (a first contact carrying a long prompt) may be
 larger than a socket buffer. Security is that of ipc://: the socket files live in the run's private 0700
-directory. Links to the front end, and every link in tcp mode (CURVE-authenticated), stay on ZeroMQ.
+directory. In ipc mode every runtime link uses them (subserver <-> subserver, front end <-> subserver; each
+process also keeps its zmq inbox bound); tcp mode (CURVE-authenticated) and runtime.peer_link=zmq use ZeroMQ.
 
 A send never blocks the event loop: what the kernel does not take is kept in order and written on the next
 `flush()`; the loop polls more often while a backlog remains (`backlog`).
@@ -27,6 +28,11 @@ _READ_CHUNK = 1 << 16
 def peer_path(where: str, index: int) -> str:
     """The listening socket of model `index` in the run's private directory."""
     return os.path.join(where, f"model{index}.peers")
+
+
+def frontend_path(where: str) -> str:
+    """The front end's listening socket (subservers' reports) in the run's private directory."""
+    return os.path.join(where, "frontend.peers")
 
 
 class LinkClosed(Exception):
@@ -100,7 +106,12 @@ class Link:
             del self._in[:end]
         return frames
 
-    def close(self) -> None:
+    def close(self, linger_s: float = 0.0) -> None:
+        """Close; with `linger_s`, first wait up to that long for a backlog to go out (a last report)."""
+        if linger_s > 0 and self._out:
+            with contextlib.suppress(OSError):
+                self.sock.settimeout(linger_s)
+                self.sock.sendall(self._out)
         with contextlib.suppress(OSError):
             self.sock.close()
 
