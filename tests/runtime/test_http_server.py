@@ -151,7 +151,7 @@ def test_models_and_health(sim_server: Server) -> None:
     ({"prompt": [1, 2], "n": 2}, "n"),
     ({"prompt": [1, 2], "stop": ["\n"]}, "stop"),  # a stop string needs a tokenizer (sim has none)
     ({"prompt": [1, 2], "repetition_penalty": 1.2}, "repetition_penalty"),
-    ({"prompt": [1, 2], "min_tokens": 3}, "min_tokens"),
+    ({"prompt": [1, 2], "min_tokens": -3}, "min_tokens"),
     ({"prompt": [1, 2], "echo": True}, "echo"),
     ({"prompt": [1, 2], "frobnicate": 1}, "frobnicate"),
     ({"prompt": [1, 2], "max_tokens": 0}, "max_tokens"),
