@@ -31,6 +31,7 @@ def _children() -> set[int]:
     return out
 
 
+@pytest.mark.slow  # the default suite checks the same equality and cost report in test_handoff_systems.py
 def test_greedy_outputs_equal_tokenrouter_and_cost_is_reported() -> None:
     from tokenrouter.runtime.frontend import TokenRouterFrontend
 

@@ -87,6 +87,7 @@ def test_a_dead_rank_fails_the_engine_not_a_request() -> None:
         engine.close()
 
 
+@pytest.mark.slow  # the step-by-step and runtime TP tests cover the same equality
 def test_generate_cli_tp2_equals_tp1() -> None:
     def run(tp: int) -> str:
         proc = subprocess.run([sys.executable, "-m", "tokenrouter", "generate", "--model", "tiny-random:large",

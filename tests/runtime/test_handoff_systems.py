@@ -30,7 +30,7 @@ def test_resend_gives_identical_outputs_on_all_three_systems() -> None:
                                min_new_tokens=8) for i, p in enumerate(PROMPTS[:2])]
     runtime = RuntimeConfig(thresholds=[1, 1])
 
-    async def run() -> list[list[GenerationResult]]:
+    async def run() -> tuple[list[list[GenerationResult]], dict]:
         router = TokenRouterFrontend(SPECS, RESEND, runtime)
         lockstep = LockstepSystem(SPECS, RESEND, RuntimeConfig())
         std = StdServingSystem(SPECS, RESEND, runtime,
@@ -38,20 +38,27 @@ def test_resend_gives_identical_outputs_on_all_three_systems() -> None:
         systems = (router, lockstep, std)
         try:
             await asyncio.gather(*(s.start() for s in systems))  # start-up dominates: overlap it
-            return list(await asyncio.wait_for(asyncio.gather(
+            results = list(await asyncio.wait_for(asyncio.gather(
                 router.generate_many(reqs),
                 asyncio.gather(*(lockstep.generate(r) for r in reqs)),
                 asyncio.gather(*(std.generate(r) for r in reqs))), 120))
+            return results, std.stats()
         finally:
             await asyncio.gather(*(s.close() for s in systems))
 
     with user_algorithms_importable():
-        results = asyncio.run(run())
+        results, std_stats = asyncio.run(run())
     views = [[(r.output_ids, r.finish_reason, r.tokens_per_model, r.handoffs) for r in rs] for rs in results]
     assert views[1] == views[0], "lock-step differs from the TokenRouter runtime"
     assert views[2] == views[0], "Std. Serving differs from the TokenRouter runtime"
     assert sum(r.handoffs for r in results[0]) >= 10
     assert sum(r.tokens_per_model["large"] for r in results[0]) > 0
+    # Std. Serving reports where a token's time goes (dispatcher, HTTP, server, model step)
+    small = std_stats["models"]["small"]
+    assert small["steps"] >= small["tokens_committed"] > 0 and small["handoffs_sent"] > 0
+    cost = small["per_token_ms"]
+    assert cost["dispatch"] >= cost["http_round_trip"] >= cost["server_handling"] > cost["model_step"] > 0
+    assert 0 < cost["model_step_share"] < 1 and small["server"]["engine_steps"] > 0
     for r in results[0][len(PROMPTS):]:
         assert all(t not in stops for t in r.output_ids[:8]) and len(r.output_ids) > 8
         assert r.finish_reason == "length" or r.output_ids[-1] in stops
