@@ -13,10 +13,12 @@ import pandas as pd
 from evals.results import load_requests
 
 
-def _correct(run_dir: str, seed: object) -> pd.Series:
-    """Per problem (seed, prompt text) of one run: graded correct or not."""
+def _correct(run_dir: str, seed: object) -> pd.Series | None:
+    """Per problem (seed, workload index) of one run: graded correct or not; None when it was not graded."""
     rows = load_requests(run_dir)
-    return rows.set_index(rows["prompt_text"].map(lambda text: (seed, text)))["correct"].astype(bool)
+    if "correct" not in rows or rows["correct"].isna().any():
+        return None
+    return rows.set_index(rows["index"].map(lambda index: (seed, index)))["correct"].astype(bool)
 
 
 def oracle_curve(single: pd.DataFrame) -> list[tuple[float, float]] | None:
@@ -29,9 +31,11 @@ def oracle_curve(single: pd.DataFrame) -> list[tuple[float, float]] | None:
         return None
     if not all((Path(d) / "requests.jsonl").is_file() for d in single["run_dir"]):
         return None  # a runs table without its run dirs (e.g. a copied runs.csv)
-    weak = pd.concat([_correct(r.run_dir, r.seed) for r in weak_runs.itertuples()])
-    strong = pd.concat([_correct(r.run_dir, r.seed) for r in strong_runs.itertuples()])
-    both = pd.concat({"weak": weak, "strong": strong}, axis=1, join="inner")
+    weak = [_correct(r.run_dir, r.seed) for r in weak_runs.itertuples()]
+    strong = [_correct(r.run_dir, r.seed) for r in strong_runs.itertuples()]
+    if any(c is None for c in [*weak, *strong]):
+        return None
+    both = pd.concat({"weak": pd.concat(weak), "strong": pd.concat(strong)}, axis=1, join="inner")
     if both.empty:
         return None
     base, gain = float(both["weak"].mean()), float((~both["weak"] & both["strong"]).mean())

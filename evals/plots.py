@@ -153,6 +153,10 @@ def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
             x = g["threshold"].astype(str) if g["threshold"].dtype == object else g["threshold"]
             ax.plot(x, g[MEASURED], "o-", label="measured (steady)" if steady else "measured")
             ax.plot(x, g[PREDICTED], "s--", label="predicted")
+            for xi, yi, err in zip(x, g[PREDICTED], g["rel_error"], strict=True):
+                ax.annotate(f"{err:+.0%}", (xi, yi), xytext=(0, 5), textcoords="offset points", ha="center",
+                            fontsize=7)
+            ax.set_ylim(bottom=0)  # from zero: a panel's own range would make a 2% gap look large
             ax.set_xticks(list(x))
             best_m = g.loc[g[MEASURED].idxmax(), "threshold"]
             best_p = g.loc[g[PREDICTED].idxmax(), "threshold"]
@@ -160,8 +164,21 @@ def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
             ax.set_xlabel("large-model threshold B")
             ax.set_ylabel("throughput (tok/s)")
             ax.legend(fontsize=8)
+        fig.suptitle(f"Threshold validation: {_setting_title(runs)} (labels: predicted vs measured, relative error)",
+                     fontsize=9)
+        fig.tight_layout()
     table.to_csv(out / "threshold_validation.csv", index=False)
     return [out / "threshold_validation.csv", *_save(fig, out, "threshold_validation")]
+
+
+def _setting_title(runs: pd.DataFrame) -> str:
+    """`pair tiny, arith, r2r`: the model pair, workload and algorithm the runs share (those that vary: left out)."""
+    parts = []
+    for column, fmt in (("models", lambda v: f"pair {pair_label(v)}"), ("workload", str), ("algorithm", str),
+                        ("system", str)):
+        if column in runs and runs[column].nunique() == 1:
+            parts.append(fmt(runs[column].iloc[0]))
+    return ", ".join(parts) or "all runs"
 
 
 def concurrency_plot(df: pd.DataFrame, out: Path) -> list[Path]:

@@ -209,7 +209,7 @@ def test_oracle_query_router_from_per_problem_correctness(runs: Path, tmp_path: 
     from evals.report import ORACLE, query_level
 
     for name, correct in (("small", [True, False, False, False]), ("large", [True, True, True, False])):
-        rows = [{"prompt_text": f"p{i}", "correct": c} for i, c in enumerate(correct)]
+        rows = [{"index": i, "correct": c} for i, c in enumerate(correct)]
         (runs / name / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     df = load_results([runs])
     # weak right on 1 of 4; strong right where weak is wrong on 2 of 4: the oracle reaches 3/4 at share 1/2
