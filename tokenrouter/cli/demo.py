@@ -32,7 +32,7 @@ from tokenrouter.cli.demo_reference import REFERENCE_DIR, comparison_lines, load
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text
 
-HELP = "the laptop study: make the local pair and its router, run the demo sweeps at N=8, write results/demo/"
+HELP = "the laptop study: make the local pair and its router, run the demo sweeps at N=8, report into runs/demo/<time>"
 STAMP_FILE = "demo_stamp.json"
 AXES = ("per_request_throughput_tok_s", "throughput_tok_s")  # the frontier verdict's throughput axes
 
