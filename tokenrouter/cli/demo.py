@@ -300,7 +300,9 @@ def output_dir(out: Path | None, smoke: bool) -> Path:
 
 def closing_note(f: dict[str, Any], files: list[str], reference: dict[str, Any] | None = None) -> str:
     """demo.md: the measured figures in a few lines (also printed at the end)."""
-    lines = [f"# TokenRouter demo: models={f['models']} on {f['workload']} ({f['problems']} problems), N={f['N']}", ""]
+    seeds = f" x {f['repeats']} seeds" if f.get("repeats", 1) > 1 else ""
+    lines = [f"# TokenRouter demo: models={f['models']} on {f['workload']} ({f['problems']} problems{seeds}), N={f['N']}",
+             ""]
     for name, acc in f["accuracy"].items():
         lat = f["step_ms"].get(name, {})
         lat_text = f"; decode step {lat['1']:.2f} ms at batch 1, {lat['8']:.2f} ms at batch 8" if lat else ""
@@ -384,6 +386,7 @@ def run(argv: list[str]) -> int:
     figures: dict[str, Any] = {
         "models": str(cfg.models.name), "workload": str(cfg.workload.name), "N": int(cfg.concurrency),
         "problems": int(cfg.workload.get("limit") or cfg.workload.get("num_problems") or 0),
+        "repeats": sweep_points([seed_axis]),
         "step_ms": step_ms,
         "routers": {alg: router_figures(path) for alg, path in routers.items()},
         "query_level_note": query_note, "failed": failed, "sweep_dir": str(sweep_dir), "phases": phases,
