@@ -53,12 +53,13 @@ def _col(df: pd.DataFrame, name: str) -> pd.Series:
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per run, sorted by series then setting: accuracy (95% CI), strong-model token share,
+    """One row per run, sorted by series, setting then seed: accuracy (95% CI), strong-model token share,
     throughput (system and per request), latency and hand-offs."""
     table = pd.DataFrame(
         {
             "series": df.apply(series_label, axis=1),
             "setting": df.apply(setting, axis=1),
+            "seed": _col(df, "seed"),
             "N": _col(df, "concurrency"),
             "requests": _col(df, "num_requests"),
             "accuracy": _col(df, "accuracy"),
@@ -71,7 +72,28 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
             "hand-offs / request": _col(df, "handoffs_per_request"),
         }
     )
-    return table.sort_values(["series", "setting"]).reset_index(drop=True)
+    return table.sort_values(["series", "setting", "seed"]).reset_index(drop=True)
+
+
+MEANS = ["accuracy", "accuracy_ci95_low", "accuracy_ci95_high", "large_token_share", THROUGHPUT, PER_REQUEST]
+
+
+def points(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per plotted point (series, setting, system, N; series from a `series` column when `df` has one,
+    else `series_label`): the mean over its repeats (seeds) of accuracy,
+    its CI bounds, the large-model share and both throughputs, the throughputs' standard deviation (NaN for
+    one repeat) and the repeat count. Why: repeats measure the noise of a shared CPU; a point is their mean."""
+    series = df["series"] if "series" in df else df.apply(series_label, axis=1)  # a caller's finer legend names
+    labels = pd.DataFrame({"series": series, "setting": df.apply(setting, axis=1),
+                           "concurrency": _col(df, "concurrency")}, index=df.index)
+    runs = pd.concat([df.drop(columns=list(labels), errors="ignore"), labels], axis=1)  # one insert, not three
+    grouped = runs.groupby(["series", "setting", "system", "concurrency"], dropna=False)
+    out = grouped[[c for c in MEANS if c in runs]].mean()
+    for column in (THROUGHPUT, PER_REQUEST):
+        if column in runs:
+            out[f"{column}_std"] = grouped[column].std()
+    out["repeats"] = grouped.size()
+    return out.reset_index()
 
 
 def lockstep_pairs(df: pd.DataFrame) -> pd.DataFrame:
@@ -86,12 +108,16 @@ def lockstep_pairs(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def throughput_ratios(pairs: pd.DataFrame) -> list[dict[str, Any]]:
-    """TokenRouter / lock-step throughput for every (algorithm, settings, N) pair."""
+    """TokenRouter / lock-step throughput for every (algorithm, settings, N) pair: the ratio of the means over
+    repeats, and the ratio within each repeat (seed) that ran on both systems, whose minimum is the worst run."""
     rows = []
     for (algorithm, settings, n), group in pairs.groupby(
         [pairs["algorithm"], pairs.apply(algorithm_settings, axis=1), pairs["concurrency"]]
     ):
         tput = group.groupby("system")[THROUGHPUT].mean()
+        by_seed = group.assign(seed=_col(group, "seed").fillna(0)).pivot_table(
+            index="seed", columns="system", values=THROUGHPUT, aggfunc="mean").dropna()
+        per_seed = [float(r[TOKEN_LEVEL] / r["lockstep"]) for _, r in by_seed.iterrows() if r["lockstep"]]
         rows.append(
             {
                 "algorithm": algorithm,
@@ -100,6 +126,7 @@ def throughput_ratios(pairs: pd.DataFrame) -> list[dict[str, Any]]:
                 "tokenrouter tok/s": float(tput[TOKEN_LEVEL]),
                 "lockstep tok/s": float(tput["lockstep"]),
                 "ratio": float(tput[TOKEN_LEVEL] / tput["lockstep"]) if tput["lockstep"] else math.nan,
+                "ratio per repeat": per_seed,
             }
         )
     return rows
@@ -126,10 +153,11 @@ class Dominance:
 
 
 def dominance(df: pd.DataFrame, axis: str = PER_REQUEST) -> Dominance:
-    """Whether every query-level run is weakly dominated (accuracy and `axis` both >=) by some TokenRouter run."""
+    """Whether every query-level point is weakly dominated (accuracy and `axis` both >=) by some TokenRouter
+    point (points: means over repeats)."""
     if not {"accuracy", axis, "system"} <= set(df):
         return Dominance(axis=axis, query_points=0, dominated=0)
-    runs = df.dropna(subset=["accuracy", axis])
+    runs = points(df).dropna(subset=["accuracy", axis])
     token = runs[runs["system"] == TOKEN_LEVEL]
     query = runs[runs["system"] == QUERY_LEVEL]
     beaten = sum(
@@ -138,14 +166,33 @@ def dominance(df: pd.DataFrame, axis: str = PER_REQUEST) -> Dominance:
     return Dominance(axis=axis, query_points=len(query), dominated=beaten)
 
 
-def single_accuracies(df: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """Accuracy (with its 95% CI) of each model on its own, from the `system=single` runs."""
-    out: dict[str, dict[str, float]] = {}
-    for _, row in df[df["system"] == "single"].iterrows():
-        if _present(row.get("accuracy")):
-            out[str(row["system_model"])] = {
-                "accuracy": float(row["accuracy"]),
-                "ci95": [float(row.get("accuracy_ci95_low")), float(row.get("accuracy_ci95_high"))],
-                "problems": int(row.get("num_graded") or row.get("num_requests") or 0),
-            }
+def single_accuracies(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Accuracy of each model on its own (mean over repeats, with the mean 95% CI bounds and each repeat's
+    accuracy), from the `system=single` runs."""
+    out: dict[str, dict[str, Any]] = {}
+    single = df[(df["system"] == "single") & df["accuracy"].notna()]
+    for model, runs in single.groupby("system_model"):
+        out[str(model)] = {
+            "accuracy": float(runs["accuracy"].mean()),
+            "ci95": [float(runs["accuracy_ci95_low"].mean()), float(runs["accuracy_ci95_high"].mean())],
+            "repeats": [float(a) for a in runs["accuracy"]],
+            "problems": int((runs["num_graded"] if "num_graded" in runs else runs["num_requests"]).sum()),
+        }
     return out
+
+
+def near_large(df: pd.DataFrame, within: float = 0.03) -> str:
+    """The fastest TokenRouter point (total throughput, means over repeats) within `within` accuracy of the
+    large model alone, with its speed-up over it on both throughput axes: the paper's headline claim."""
+    pts = points(df)
+    large = pts[(pts["system"] == "single") & (pts["large_token_share"] == 1.0)]
+    if large.empty or THROUGHPUT not in pts:
+        return "no large-only run measured"
+    ref = large.iloc[0]
+    close = pts[(pts["system"] == TOKEN_LEVEL) & (pts["accuracy"] >= ref["accuracy"] - within)]
+    if close.empty:
+        return f"no TokenRouter point within {within:.0%} accuracy of the large model alone ({ref['accuracy']:.1%})"
+    best = close.sort_values(THROUGHPUT).iloc[-1]
+    return (f"{best['series']} {best['setting']}: accuracy {best['accuracy']:.1%} vs {ref['accuracy']:.1%}, "
+            f"{best[THROUGHPUT] / ref[THROUGHPUT]:.2f}x its throughput, "
+            f"{best[PER_REQUEST] / ref[PER_REQUEST]:.2f}x per request")

@@ -62,59 +62,81 @@ def search_label(sweeper: object) -> str:
     return "grid" if sweeper == "basic" else f"{sweeper} search"
 
 
+AXES = {PER_REQUEST: "per-request throughput (output tok/s, mean over requests)",
+        THROUGHPUT: "total throughput (output tok/s)"}
+
+
+def point_label(setting: str) -> str:
+    """The swept value a point is labelled with: `threshold=0.5` -> `0.5` (single models: none)."""
+    if setting.startswith("model="):
+        return ""
+    return ",".join(part.split("=", 1)[-1] for part in setting.split(","))
+
+
 def pareto_plot(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Accuracy vs per-request throughput, one marker style per system, one frontier line per series; one
-    figure per workload (`pareto_<workload>`)."""
+    """Accuracy vs throughput (per request, and total when measured), one figure per workload
+    (`pareto_<workload>`). A point is the mean over its repeats (seeds), with the throughput's standard
+    deviation and the accuracy's mean 95% CI as error bars, labelled with its swept value; each series has one
+    colour and marker (one legend) and its own frontier line, and the dashed line is the frontier across all."""
+    from evals.demo_summary import points as mean_points
+
     studies = pd.concat([select(df, "pareto"), select(df, "tp_sweep")])
     runs = has(studies[~studies.index.duplicated()], "accuracy", PER_REQUEST, "system").copy()
     if len(runs) < 2:
         return []
     runs["workload"] = runs["workload"].fillna("workload")
     runs["series"] = series_across_setups(runs)
-    series = sorted(runs["series"].unique())
-    palette = dict(zip(series, sns.color_palette("tab10", len(series)), strict=True))
-    markers = {s: MARKERS[i % len(MARKERS)] for i, s in enumerate(sorted(runs["system"].unique()))}
     written = []
     for workload, group in runs.groupby("workload"):
+        pts = mean_points(group)
+        series = sorted(pts["series"].unique())
+        palette = dict(zip(series, sns.color_palette("tab10", len(series)), strict=True))
+        markers = {s: MARKERS[i % len(MARKERS)] for i, s in enumerate(series)}
+        axes_used = [a for a in AXES if a in pts and pts[a].notna().any()]
         with sns.axes_style("whitegrid"):
-            fig, ax = plt.subplots(figsize=(7.5, 5))
-            for name, points in group.groupby("series"):
-                if {"accuracy_ci95_low", "accuracy_ci95_high"} <= set(points):
-                    err = [
-                        points["accuracy"] - points["accuracy_ci95_low"],
-                        points["accuracy_ci95_high"] - points["accuracy"],
-                    ]
-                    ax.errorbar(
-                        points[PER_REQUEST],
-                        points["accuracy"],
-                        yerr=err,
-                        fmt="none",
-                        ecolor=palette[name],
-                        alpha=0.25,
-                    )
-                front = pareto_frontier(points, PER_REQUEST, "accuracy")
-                ax.plot(front[PER_REQUEST], front["accuracy"], color=palette[name], lw=1.4, alpha=0.8)
-            sns.scatterplot(
-                data=group,
-                x=PER_REQUEST,
-                y="accuracy",
-                hue="series",
-                style="system",
-                palette=palette,
-                markers=markers,
-                s=70,
-                ax=ax,
-            )
-            ax.set_xlabel("per-request throughput (output tokens / s, mean over requests)")
-            ax.set_ylabel("accuracy")
-            ax.set_title(f"Accuracy vs throughput: {workload} (lines: Pareto frontier per series)")
-            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never hides points
+            fig, axes = plt.subplots(1, len(axes_used), figsize=(6.2 * len(axes_used), 5), squeeze=False,
+                                     sharey=True)
+            for ax, x in zip(axes[0], axes_used, strict=True):
+                _pareto_axes(ax, pts.dropna(subset=[x]), x, palette, markers)
+            handles, labels = axes[0][0].get_legend_handles_labels()
+            fig.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.93))
+            fig.suptitle(_pareto_title(group, pts, workload), fontsize=10)
+            fig.tight_layout()
             stem = f"pareto_{workload}"
-            group[["series", "system", "algorithm", PER_REQUEST, "accuracy", "run_dir"]].to_csv(
-                out / f"{stem}.csv", index=False
-            )
+            pts.to_csv(out / f"{stem}.csv", index=False)
             written += [out / f"{stem}.csv", *_save(fig, out, stem)]
     return written
+
+
+def _pareto_axes(ax: plt.Axes, pts: pd.DataFrame, x: str, palette: dict, markers: dict) -> None:
+    for name, group in pts.groupby("series"):
+        err_y = [group["accuracy"] - group.get("accuracy_ci95_low", group["accuracy"]),
+                 group.get("accuracy_ci95_high", group["accuracy"]) - group["accuracy"]]
+        ax.errorbar(group[x], group["accuracy"], xerr=group.get(f"{x}_std"), yerr=err_y, fmt=markers[name],
+                    color=palette[name], ecolor=palette[name], elinewidth=0.8, capsize=2, ms=7, label=name,
+                    alpha=0.9)
+        front = pareto_frontier(group, x, "accuracy")
+        ax.plot(front[x], front["accuracy"], color=palette[name], lw=1.2, alpha=0.6)
+        for _, row in group.iterrows():
+            text = point_label(str(row["setting"]))
+            if text:
+                ax.annotate(text, (row[x], row["accuracy"]), xytext=(4, 4), textcoords="offset points", fontsize=7,
+                            color=palette[name])
+    overall = pareto_frontier(pts, x, "accuracy")
+    ax.plot(overall[x], overall["accuracy"], "k--", lw=1, alpha=0.5, label="frontier (all systems)")
+    ax.set_xlabel(AXES[x])
+    ax.set_ylabel("accuracy")
+
+
+def _pareto_title(runs: pd.DataFrame, pts: pd.DataFrame, workload: str) -> str:
+    """`Accuracy vs throughput: arith, pair tiny, N=8, 3 repeats per point (error bars: ...)`."""
+    parts = [f"Accuracy vs throughput: {workload}"]
+    if "models" in runs and runs["models"].nunique() == 1:
+        parts.append(f"pair {pair_label(runs['models'].iloc[0])}")
+    if "concurrency" in runs and runs["concurrency"].nunique() == 1:
+        parts.append(f"N={runs['concurrency'].iloc[0]}")
+    parts.append(f"{int(pts['repeats'].max())} repeat(s) per point")
+    return ", ".join(parts) + "\n(error bars: throughput std over repeats, accuracy mean 95% CI; labels: swept value)"
 
 
 def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -140,6 +162,10 @@ def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
             x = g["threshold"].astype(str) if g["threshold"].dtype == object else g["threshold"]
             ax.plot(x, g[MEASURED], "o-", label="measured (steady)" if steady else "measured")
             ax.plot(x, g[PREDICTED], "s--", label="predicted")
+            for xi, yi, err in zip(x, g[PREDICTED], g["rel_error"], strict=True):
+                ax.annotate(f"{err:+.0%}", (xi, yi), xytext=(0, 5), textcoords="offset points", ha="center",
+                            fontsize=7)
+            ax.set_ylim(bottom=0)  # from zero: a panel's own range would make a 2% gap look large
             ax.set_xticks(list(x))
             best_m = g.loc[g[MEASURED].idxmax(), "threshold"]
             best_p = g.loc[g[PREDICTED].idxmax(), "threshold"]
@@ -147,8 +173,21 @@ def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
             ax.set_xlabel("large-model threshold B")
             ax.set_ylabel("throughput (tok/s)")
             ax.legend(fontsize=8)
+        fig.suptitle(f"Threshold validation: {_setting_title(runs)} (labels: predicted vs measured, relative error)",
+                     fontsize=9)
+        fig.tight_layout()
     table.to_csv(out / "threshold_validation.csv", index=False)
     return [out / "threshold_validation.csv", *_save(fig, out, "threshold_validation")]
+
+
+def _setting_title(runs: pd.DataFrame) -> str:
+    """`pair tiny, arith, r2r`: the model pair, workload and algorithm the runs share (those that vary: left out)."""
+    parts = []
+    for column, fmt in (("models", lambda v: f"pair {pair_label(v)}"), ("workload", str), ("algorithm", str),
+                        ("system", str)):
+        if column in runs and runs[column].nunique() == 1:
+            parts.append(fmt(runs[column].iloc[0]))
+    return ", ".join(parts) or "all runs"
 
 
 def concurrency_plot(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -243,7 +282,7 @@ def query_level_plot(metrics: pd.DataFrame, curves: pd.DataFrame, out: Path) -> 
                     & (curves["method"] == row["method"])
                 ]
                 pts = pts.sort_values("share")
-                style = "s--" if row["routing"] == "query" else "o-"
+                style = {"query": "s--", "oracle": "k-."}.get(row["routing"], "o-")
                 ax.plot(
                     pts["share"], pts["accuracy"], style, label=f"{row['method']} (APGR {row['APGR']:.2f})"
                 )

@@ -17,8 +17,10 @@ import pandas as pd
 
 from baselines.routellm_metrics import apgr, cpt
 from evals import paper
+from evals.oracle import oracle_curve
 from evals.runs_table import PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label
 
+ORACLE = "optimal query router (oracle)"
 BASELINES = {"lockstep": "R2R lockstep", "official_r2r": "R2R official"}
 
 
@@ -71,17 +73,22 @@ def table3(df: pd.DataFrame, out: Path) -> list[Path]:
     """R2R (lockstep / official) vs TokenRouter throughput per model pair and N, next to the paper's Table 3;
     each system's output length and large-model share alongside (see OUTPUTS)."""
     runs = has(select(df, "table3"), "system", "models", THROUGHPUT)
-    means = runs.groupby(["models", "concurrency", "system"], dropna=False)[[THROUGHPUT, *outputs(runs)]].mean()
+    # one row per router threshold: runs at different thresholds route different tokens, so never averaged
+    threshold = runs.get("cfg.algorithm.threshold", pd.Series(None, index=runs.index, dtype=object))
+    runs = runs.assign(threshold=threshold.astype(object).where(threshold.notna(), "--"))
+    keys = ["models", "concurrency", "threshold"]
+    means = runs.groupby([*keys, "system"], dropna=False)[[THROUGHPUT, *outputs(runs)]].mean()
+    several = runs["threshold"].nunique() > 1
     rows = []
-    for models, n in sorted({(m, c) for m, c, _ in means.index}, key=str):
-        got = {s: means.loc[(models, n, s)] if (models, n, s) in means.index else None
+    for models, n, threshold in sorted({k[:3] for k in means.index}, key=str):
+        got = {s: means.loc[(models, n, threshold, s)] if (models, n, threshold, s) in means.index else None
                for s in ("tokenrouter", *BASELINES)}
         speed = {s: None if r is None else r[THROUGHPUT] for s, r in got.items()}
         if speed["tokenrouter"] is None or all(speed[s] is None for s in BASELINES):
             continue
         label = pair_label(models)
         ref = paper.TABLE3.get(label, (None, None, None))
-        row = {"pair": label, "N": n}
+        row = {"pair": label, "N": n, **({"threshold": threshold} if several else {})}
         for system, name in BASELINES.items():
             row[f"{name} tok/s"] = speed[system]
         row["TokenRouter tok/s"] = speed["tokenrouter"]
@@ -203,9 +210,13 @@ def query_level(df: pd.DataFrame, out: Path) -> list[Path]:
             continue
         routed = group[group["system"] != "single"].copy()
         routed["series"] = routed.apply(series_label, axis=1)
-        for series, points in routed.groupby("series"):
-            pts = list(zip(points["large_token_share"], points["accuracy"], strict=True))
-            level = "query" if series == "query-level routing" else "token"
+        methods = [(series, list(zip(points["large_token_share"], points["accuracy"], strict=True)))
+                   for series, points in routed.groupby("series")]
+        optimal = oracle_curve(single)
+        if optimal is not None:
+            methods.append((ORACLE, optimal))
+        for series, pts in methods:
+            level = {"query-level routing": "query", ORACLE: "oracle"}.get(series, "token")
             rows.append(
                 {
                     "workload": workload,
@@ -216,7 +227,7 @@ def query_level(df: pd.DataFrame, out: Path) -> list[Path]:
                     "weak acc": weak,
                     "strong acc": strong,
                     "APGR": apgr(pts, weak, strong),
-                    "CPT(50%)": cpt(pts, weak, strong, 0.5),
+                    **{f"CPT({t:.0%})": cpt(pts, weak, strong, t) for t in (0.2, 0.5, 0.8)},
                 }
             )
             curves += [
@@ -227,7 +238,9 @@ def query_level(df: pd.DataFrame, out: Path) -> list[Path]:
         return []
     from evals.plots import query_level_plot
 
-    caption = "Query-level metrics: APGR and CPT(50%) (strong-model share needed for half the quality gap)."
+    caption = ("Query-level metrics: APGR and CPT(20/50/80%) (strong-model share needed for that fraction of the "
+               "quality gap); the oracle is RouteLLM's optimal query router from the single models' per-problem "
+               "correctness.")
     return write_table(pd.DataFrame(rows), out, "query_level", caption) + query_level_plot(
         pd.DataFrame(rows), pd.DataFrame(curves), out
     )

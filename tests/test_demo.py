@@ -172,3 +172,47 @@ def test_rerun_removes_only_its_own_earlier_files(tmp_path: Path) -> None:
     demo.remove_previous(tmp_path)
     assert not (tmp_path / "query_level.png").exists()
     assert (tmp_path / "notes.txt").is_file() and (tmp_path.parent / "outside.txt").is_file()
+
+
+def test_output_dir_is_fresh_and_never_the_reference(tmp_path: Path) -> None:
+    from tokenrouter.cli.demo_reference import REFERENCE_DIR
+
+    fresh = demo.output_dir(None, smoke=True)
+    assert fresh.parts[:2] == ("runs", "demo") and fresh.name.endswith("-smoke")
+    assert demo.output_dir(tmp_path / "x", smoke=False) == tmp_path / "x"
+    for bad in (REFERENCE_DIR, REFERENCE_DIR / "sub"):
+        with pytest.raises(UserError, match="committed reference"):
+            demo.output_dir(bad, smoke=False)
+
+
+def test_repeats_make_one_point_and_the_reference_sits_beside_the_run(runs: Path) -> None:
+    from tokenrouter.cli.demo_reference import comparison_lines
+
+    r2r = {"name": "r2r", "router": "/r.json"}
+    for seed, tput in ((1, 170.0), (2, 130.0)):  # two more repeats of TokenRouter R2R at threshold 0.3
+        _run(runs, f"tr0.3-seed{seed}", {"name": "tokenrouter"}, {**r2r, "threshold": 0.3}, accuracy=0.85,
+             throughput_tok_s=tput, per_request_throughput_tok_s=tput / 5, large_token_share=0.3)
+    df = load_results([runs])
+    pts = ds.points(df)
+    (point,) = pts[(pts["series"] == "tokenrouter (r2r)") & (pts["setting"] == "threshold=0.3")].itertuples()
+    assert point.repeats == 3 and point.throughput_tok_s == pytest.approx(150.0) and point.throughput_tok_s_std > 0
+    assert "no TokenRouter point within 3%" in ds.near_large(df)  # 0.85 is 5 points below the large model
+    assert ds.near_large(df, within=0.05).startswith("tokenrouter (r2r) threshold=0.3")
+    run = {"accuracy": {"large": {"accuracy": 0.9}}, "frontier_points": {"x": [1, 3]}, "frontier": {"x": "..."}}
+    lines = comparison_lines(run, {"accuracy": {"large": {"accuracy": 0.8}, "small": {"accuracy": 0.1}}})
+    assert "| large model alone: accuracy | 90.0% | 80.0% |" in lines
+    assert "| small model alone: accuracy | -- | 10.0% |" in lines and "| query-level points matched or beaten (x) | 1 of 3 | -- |" in lines
+
+
+def test_oracle_query_router_from_per_problem_correctness(runs: Path, tmp_path: Path) -> None:
+    from evals.oracle import oracle_curve
+    from evals.report import ORACLE, query_level
+
+    for name, correct in (("small", [True, False, False, False]), ("large", [True, True, True, False])):
+        rows = [{"index": i, "correct": c} for i, c in enumerate(correct)]
+        (runs / name / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    df = load_results([runs])
+    # weak right on 1 of 4; strong right where weak is wrong on 2 of 4: the oracle reaches 3/4 at share 1/2
+    assert oracle_curve(df[df["system"] == "single"]) == [(0.0, 0.25), (0.5, 0.75), (1.0, 0.75)]
+    query_level(df, tmp_path)
+    assert ORACLE in (tmp_path / "query_level.md").read_text() and (tmp_path / "query_level.png").is_file()

@@ -70,15 +70,17 @@ def test_refuses_to_overwrite_without_being_told(tmp_path) -> None:
     assert _make(tmp_path / "p") == 2  # another recipe's pair: only with --force
 
 
+@pytest.mark.slow  # ~15-30 s on 2 shared cores: 200 greedy answers from the 40-layer member
 def test_committed_pair_meets_its_quality_goal() -> None:
-    """The large member is >= 30 points more accurate than the small one on held-out problems (greedy)."""
+    """Issue 19's targets on 200 held-out problems (greedy): the small member is right often enough for a
+    router to have something to keep (>= 25%), the large one clearly better (>= 75%)."""
     assert pair.is_built(pair.committed_dir(), pair.PairRecipe(), 0)
     problems = generate(ArithSpec(), 1, 200)  # bench seed 1: never trained on
     paths = {name: pair.committed_dir() / name for name in pair.MEMBERS}
     tok = AutoTokenizer.from_pretrained(paths["small"])
     acc = {n: pair.held_out_accuracy(AutoModelForCausalLM.from_pretrained(p, dtype=torch.float32).eval(), tok,
                                      problems, max_new_tokens=96) for n, p in paths.items()}
-    assert acc["large"] - acc["small"] >= 0.30, acc
+    assert acc["small"] >= 0.25 and acc["large"] >= 0.75, acc
 
 
 def test_tiny_sources_resolve_to_the_committed_pair() -> None:

@@ -39,7 +39,7 @@ def test_answers_and_worked_steps_are_correct(spec: ArithSpec) -> None:
         assert all(0 <= v <= spec.max_value for v in values)
         assert problem.answer == str(values[-1])
         lines = problem.solution.split("\n")
-        assert lines[-1] == f"\\boxed{{{values[-1]}}}"
+        assert re.fullmatch(r"\\boxed\{(\d+)\}", lines[-1]) and int(lines[-1][7:-1]) == values[-1]
         for line, before, after in zip(lines[:-1], values[:-1], values[1:], strict=True):
             a, op, b, c = re.fullmatch(r"(\d+)([+\-*])(\d+)=(\d+)", line).groups()
             ops_seen.add(op)
@@ -47,6 +47,17 @@ def test_answers_and_worked_steps_are_correct(spec: ArithSpec) -> None:
             assert _left_to_right(f"{a}{op}{b}")[-1] == int(c)
             assert op != "*" or 2 <= int(b) <= spec.max_factor
     assert ops_seen == set(spec.ops)
+
+
+@pytest.mark.parametrize("spec", [ArithSpec(), ArithSpec(max_value=99, ops="+-")])
+def test_padding_puts_every_digit_at_a_fixed_position(spec: ArithSpec) -> None:
+    """Why pad exists: every problem of a spec has the same prompt and solution length (so a one-layer model
+    finds each operand at a fixed offset); unpadded problems vary."""
+    problems = generate(spec, 2, 200)
+    assert len({(len(p.prompt), len(p.solution)) for p in problems}) == 1
+    unpadded = generate(ArithSpec(max_value=spec.max_value, ops=spec.ops, pad=False), 2, 200)
+    assert len({len(p.solution) for p in unpadded}) > 1
+    assert [p.answer for p in unpadded] == [p.answer for p in problems]  # same values, only the digits differ
 
 
 def test_worked_solutions_grade_correct_and_wrong_answers_do_not() -> None:

@@ -2,9 +2,13 @@
 
 Phases, each timed and reported: (1) the model pair (`models=tiny`: trained by `make-pair` when missing),
 (2) the R2R router for that pair (`train-router`, cached per pair), (3) step latency of each model,
-(4) the sweeps of conf/experiment/demo.yaml through the bench runner, into a fixed sweep dir so a rerun
-resumes, (5) the report: the generic ones (Pareto plot, query-level metrics) plus the demo's own Table 3
-(TokenRouter vs lock-step on the same router settings), summary table and closing note (demo.md).
+(4) the sweeps of conf/experiment/demo.yaml through the bench runner, every point once per repeat seed, into
+the run directory's sweeps/ so a rerun with the same --out resumes, (5) the report: the generic ones (Pareto
+plot, query-level metrics) plus the demo's own Table 3 (TokenRouter vs lock-step on the same router settings),
+summary table and closing note (demo.md), which sets this run's figures beside the committed reference's.
+
+Each run writes to a fresh directory (runs/demo/<time>) by default and never into the committed reference
+(results/demo): a reference is replaced by copying a run directory's report files over it, on purpose.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
 
 from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.cli.demo_reference import REFERENCE_DIR, comparison_lines, load_reference
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text
 
-HELP = "the laptop study: make the local pair and its router, run the demo sweeps at N=8, write results/demo/"
+HELP = "the laptop study: make the local pair and its router, run the demo sweeps at N=8, report into runs/demo/<time>"
 STAMP_FILE = "demo_stamp.json"
+AXES = ("per_request_throughput_tok_s", "throughput_tok_s")  # the frontier verdict's throughput axes
 
 
 def _parser() -> ArgumentParser:
@@ -41,11 +47,11 @@ def _parser() -> ArgumentParser:
             "(TokenRouter vs lock-step), summary table and demo.md with the measured figures. Runs already "
             "finished in the sweep dir are kept, so rerunning after an interruption resumes."
         ),
-        epilog="examples: tokenrouter demo | tokenrouter demo --fresh | tokenrouter demo --smoke --out /tmp/demo",
+        epilog="examples: tokenrouter demo | tokenrouter demo --out runs/demo/mine | tokenrouter demo --smoke",
     )
-    p.add_argument("--out", type=Path, default=Path("results/demo"), help="report directory (default: results/demo)")
-    p.add_argument("--sweep-dir", type=Path, default=None,
-                   help="where runs go (default: demo.sweep_dir of the config, multirun/demo; --smoke: <it>-smoke)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="report directory (default: a fresh runs/demo/<UTC time>[-smoke]; never results/demo)")
+    p.add_argument("--sweep-dir", type=Path, default=None, help="where runs go (default: OUT/sweeps)")
     p.add_argument("--fresh", action="store_true", help="discard the sweep dir's earlier runs and run every point again")
     p.add_argument("--smoke", action="store_true",
                    help="a quick end-to-end check: each sweep at its first value, a few short problems, a tiny router")
@@ -274,14 +280,29 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     figures.update(
         accuracy=ds.single_accuracies(df),
         lockstep=ds.throughput_ratios(ds.lockstep_pairs(df)),
-        frontier={axis: ds.dominance(df, axis).verdict for axis in ("per_request_throughput_tok_s", "throughput_tok_s")},
+        frontier={axis: ds.dominance(df, axis).verdict for axis in AXES},
+        frontier_points={axis: [ds.dominance(df, axis).dominated, ds.dominance(df, axis).query_points] for axis in AXES},
+        near_large=ds.near_large(df),
     )
     return written
 
 
-def closing_note(f: dict[str, Any], files: list[str]) -> str:
+def output_dir(out: Path | None, smoke: bool) -> Path:
+    """The report directory: `out`, else a fresh runs/demo/<UTC time>; refuses the committed reference."""
+    if out is None:
+        out = Path("runs/demo") / (time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + ("-smoke" if smoke else ""))
+    resolved = out.expanduser().resolve()
+    if resolved == REFERENCE_DIR or REFERENCE_DIR in resolved.parents:
+        raise UserError(f"--out {out}: that is the committed reference ({REFERENCE_DIR}), which the demo never "
+                        "overwrites; run into another directory and copy its report files over it on purpose")
+    return out
+
+
+def closing_note(f: dict[str, Any], files: list[str], reference: dict[str, Any] | None = None) -> str:
     """demo.md: the measured figures in a few lines (also printed at the end)."""
-    lines = [f"# TokenRouter demo: models={f['models']} on {f['workload']} ({f['problems']} problems), N={f['N']}", ""]
+    seeds = f" x {f['repeats']} seeds" if f.get("repeats", 1) > 1 else ""
+    lines = [f"# TokenRouter demo: models={f['models']} on {f['workload']} ({f['problems']} problems{seeds}), N={f['N']}",
+             ""]
     for name, acc in f["accuracy"].items():
         lat = f["step_ms"].get(name, {})
         lat_text = f"; decode step {lat['1']:.2f} ms at batch 1, {lat['8']:.2f} ms at batch 8" if lat else ""
@@ -298,8 +319,13 @@ def closing_note(f: dict[str, Any], files: list[str]) -> str:
     if not f["lockstep"]:
         lines.append("- TokenRouter vs lock-step: no lock-step run with a TokenRouter twin was measured")
     for r in f["lockstep"]:
+        repeats = r.get("ratio per repeat") or []
+        repeat_text = f" (per repeat: {', '.join(f'{x:.2f}x' for x in repeats)})" if len(repeats) > 1 else ""
         lines.append(f"- TokenRouter vs lock-step ({r['algorithm']} {r['settings']}, N={r['N']}): "
-                     f"{r['tokenrouter tok/s']:.1f} vs {r['lockstep tok/s']:.1f} tok/s = {r['ratio']:.2f}x")
+                     f"{r['tokenrouter tok/s']:.1f} vs {r['lockstep tok/s']:.1f} tok/s = {r['ratio']:.2f}x"
+                     f"{repeat_text}")
+    if f.get("near_large"):
+        lines.append(f"- closest to the large model alone: {f['near_large']}")
     if f.get("query_level_note"):
         lines.append(f"- query-level routing: {f['query_level_note']}")
     for axis, verdict in f["frontier"].items():
@@ -307,6 +333,9 @@ def closing_note(f: dict[str, Any], files: list[str]) -> str:
     lines.append("- wall time per phase: " + ", ".join(f"{k} {_clock(v)}" for k, v in f["phases"].items()))
     if f.get("failed"):
         lines.append(f"- sweeps with failed runs: {f['failed']}")
+    if reference is not None:
+        lines += ["", f"## This run against the committed reference ({REFERENCE_DIR.name})", "",
+                  *comparison_lines(f, reference)]
     lines += ["", "Files: " + ", ".join(files), ""]
     pareto = [n for n in files if n.startswith("pareto_") and n.endswith(".png")]
     lines += [f"![Pareto]({n})" for n in pareto]
@@ -325,12 +354,15 @@ def run(argv: list[str]) -> int:
     overrides = list(args.overrides)
     router_settings = dict(demo.routers)
     sweeps = [list(s) for s in demo.sweeps]
+    seed_axis = f"seed={demo.seeds}"  # every point once per repeat
     if args.smoke:
+        seed_axis = first_point([seed_axis])[0]
         overrides = [*demo.smoke.overrides, *overrides]
         router_settings.update(demo.smoke.routers)
         sweeps = [first_point(s) for s in sweeps]
     cfg = compose(["+experiment=demo", *overrides])
-    sweep_dir = args.sweep_dir or Path(str(demo.sweep_dir) + ("-smoke" if args.smoke else ""))
+    out = output_dir(args.out, args.smoke)
+    sweep_dir = args.sweep_dir or out / "sweeps"
     query_note = None
     if importlib.util.find_spec("routellm") is None:
         query_note = "skipped: RouteLLM is not installed (`pip install -e .[routellm]` adds it)"
@@ -350,22 +382,23 @@ def run(argv: list[str]) -> int:
     with _phase("sweeps", phases):
         prepare_sweep_dir(sweep_dir, {"models": stamp, "routers": {a: str(p) for a, p in routers.items()},
                                       "overrides": overrides, "sweeps": sweeps}, args.fresh)
-        failed = run_sweeps(sweeps, common, sweep_dir)
+        failed = run_sweeps([[*s, seed_axis] for s in sweeps], common, sweep_dir)
     figures: dict[str, Any] = {
         "models": str(cfg.models.name), "workload": str(cfg.workload.name), "N": int(cfg.concurrency),
         "problems": int(cfg.workload.get("limit") or cfg.workload.get("num_problems") or 0),
+        "repeats": sweep_points([seed_axis]),
         "step_ms": step_ms,
         "routers": {alg: router_figures(path) for alg, path in routers.items()},
         "query_level_note": query_note, "failed": failed, "sweep_dir": str(sweep_dir), "phases": phases,
     }
     with _phase("report", phases):
-        written = write_report(sweep_dir, args.out, figures)
+        written = write_report(sweep_dir, out, figures)
     phases["total"] = round(time.perf_counter() - start, 1)
-    written += [args.out / "demo.json", args.out / "demo.md"]
+    written += [out / "demo.json", out / "demo.md"]
     figures["files"] = [p.name for p in written]
-    atomic_write_text(args.out / "demo.json", json.dumps(figures, indent=2, default=str) + "\n")
-    note = closing_note(figures, figures["files"])
-    (args.out / "demo.md").write_text(note)
+    atomic_write_text(out / "demo.json", json.dumps(figures, indent=2, default=str) + "\n")
+    note = closing_note(figures, figures["files"], load_reference())
+    (out / "demo.md").write_text(note)
     print(note)
-    print(f"wrote {len(written)} files to {args.out}/ (runs in {sweep_dir}/)")
+    print(f"wrote {len(written)} files to {out}/ (runs in {sweep_dir}/)")
     return 1 if failed else 0

@@ -1,12 +1,16 @@
 """The trained local model pair (`tiny:small`, `tiny:large`): two Qwen3-style decoders taught the `arith` task.
 
 Why: on a machine without GPUs or the Hub, routing still needs two models that share a tokenizer, differ in
-quality (the small one slips on multi-step arithmetic, the large one mostly does not) and differ in step
-latency (the large one does real compute per token). Both are trained here from a seed, supervised on worked
-solutions in chat format, with a fixed data order and thread count so the same seed gives the same weights.
+quality (the small one slips on some steps of the chained arithmetic, the large one rarely does) and differ in
+step latency the way a GPU pair does. On a CPU at these sizes a decode step costs a fixed ~0.6-0.8 ms per layer
+whatever the width (benchmarks/bench_depth.py), so the small member is one layer and the large one is deep and
+narrow: ~15x the step time, for a training cost that width would multiply. Both are trained here from a seed,
+supervised on worked solutions in chat format, with a fixed data order and thread count so the same seed gives
+the same weights.
 
-The seed-0 pair is committed under models/tiny-pair (fp16, 3.6 MB; its metrics.json holds the held-out
-accuracies), so demos need not train; `tokenrouter make-pair --force` rebuilds it in place (~10 CPU-minutes).
+The seed-0 pair is committed under models/tiny-pair (fp16; its metrics.json holds the held-out accuracies and
+training times), so demos need not train; `tokenrouter make-pair --force` rebuilds it in place (~30-40 minutes
+on 2 shared cores, nearly all of it the large member).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from tokenrouter.models.tokenizer import build_char_tokenizer
 from tokenrouter.tasks.arith import ArithProblem, ArithSpec, generate, messages
 
 MEMBERS = ("small", "large")
-FORMAT_VERSION = 1  # bump when the recipe changes so cached pairs are rebuilt
+FORMAT_VERSION = 2  # bump when the recipe changes so cached pairs are rebuilt
 
 
 @dataclass(frozen=True)
@@ -58,10 +62,13 @@ class MemberRecipe:
 class PairRecipe:
     """Everything that determines the pair's weights (with the seed and thread count)."""
 
-    small: MemberRecipe = MemberRecipe(hidden=96, layers=1, heads=4, intermediate=256, steps=900, lr=3e-3)
-    large: MemberRecipe = MemberRecipe(hidden=128, layers=8, heads=4, intermediate=384, steps=700, lr=2e-3)
+    # Shapes from benchmarks/bench_depth.py: at these sizes a CPU step costs ~0.6-0.8 ms per layer whatever the
+    # width, while training cost grows with width. So the small member is one (wide-ish) layer, the large one
+    # deep and narrow: ~15x the small one's step time for a training step that fits the make-pair budget.
+    small: MemberRecipe = MemberRecipe(hidden=64, layers=1, heads=2, intermediate=256, steps=1200, lr=3e-3)
+    large: MemberRecipe = MemberRecipe(hidden=64, layers=40, heads=2, intermediate=256, steps=700, lr=2e-3)
     task: ArithSpec = field(default_factory=ArithSpec)
-    warmup: int = 30
+    warmup: int = 50
     weight_decay: float = 0.01
     threads: int = 1  # part of the recipe (float reductions may differ with the thread count)
     save_dtype: str = "float16"

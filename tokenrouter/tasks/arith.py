@@ -5,8 +5,14 @@ Accuracy therefore falls off sharply with model capacity, which gives the local 
 `tokenrouter make-pair` on the same generator) a real quality gap for routing to close. Every step of the
 worked solution is written out, so the solution format doubles as the training target.
 
-Problem:  "Compute left to right: 37+48-59*3-12"
-Solution: "37+48=85\n85-59=26\n26*3=78\n78-12=66\n\\boxed{66}"
+Problem:  "Compute left to right: 37+48-59*03-12"
+Solution: "37+48=85\n85-59=26\n26*03=78\n78-12=66\n\\boxed{66}"
+
+Numbers are zero-padded to the width of max_value (`pad`, the default): every problem of a spec then has the same
+length and every digit a fixed position, so what a step needs sits at fixed relative offsets. That keeps the
+task within reach of a one-layer model (which cannot search the prompt for the next operand the way deeper
+models learn to), so the local pair's small member is right often enough for a router to have something to
+keep. Grading is by value (`\\boxed{07}` is 7), so padded and unpadded answers grade alike.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ class ArithSpec:
     max_value: int = 99  # running values (and so every operand and result) never exceed this
     max_factor: int = 9  # multiplications are by 2..max_factor
     ops: str = "+-*"
+    pad: bool = True  # zero-pad every number to the digits of max_value (fixed-position problems; see above)
 
     def __post_init__(self) -> None:
         if self.num_steps < 1 or self.max_value < 10 or self.max_factor < 2:
@@ -50,6 +57,10 @@ class ArithProblem:
     answer: str
 
 
+def _fmt(value: int, spec: ArithSpec) -> str:
+    return str(value).zfill(len(str(spec.max_value))) if spec.pad else str(value)
+
+
 def _step(rng: random.Random, value: int, spec: ArithSpec) -> tuple[str, int]:
     """One operation that keeps the running value in range; falls back to + or - when * cannot fit."""
     options = [
@@ -60,23 +71,23 @@ def _step(rng: random.Random, value: int, spec: ArithSpec) -> tuple[str, int]:
     op = rng.choice(options or ["-"])
     if op == "+":
         operand = rng.randint(1, spec.max_value - value)
-        return f"+{operand}", value + operand
+        return f"+{_fmt(operand, spec)}", value + operand
     if op == "-":
         operand = rng.randint(1, value)
-        return f"-{operand}", value - operand
+        return f"-{_fmt(operand, spec)}", value - operand
     operand = rng.randint(2, min(spec.max_factor, spec.max_value // value if value else spec.max_factor))
-    return f"*{operand}", value * operand
+    return f"*{_fmt(operand, spec)}", value * operand
 
 
 def make_problem(rng: random.Random, spec: ArithSpec) -> ArithProblem:
     value = rng.randint(10, spec.max_value)
-    expr, lines = str(value), []
+    expr, lines = _fmt(value, spec), []
     for _ in range(spec.num_steps):
         op, new_value = _step(rng, value, spec)
         expr += op
-        lines.append(f"{value}{op}={new_value}")
+        lines.append(f"{_fmt(value, spec)}{op}={_fmt(new_value, spec)}")
         value = new_value
-    lines.append(f"\\boxed{{{value}}}")
+    lines.append(f"\\boxed{{{_fmt(value, spec)}}}")
     return ArithProblem(prompt=PROMPT_PREFIX + expr, solution="\n".join(lines), answer=str(value))
 
 
