@@ -137,9 +137,9 @@ class RuntimeConfig:
     max_batch_size: int = 256
     max_step_tokens: int = 8192
     ipc: str = "ipc"  # "ipc" (private temp dir) or "tcp"
-    # ipc mode: subserver-to-subserver hand-offs over "direct" unix stream sockets or "zmq" (the old path, kept
-    # to measure against); tcp mode always uses CURVE-authenticated zmq
-    peer_link: str = "direct"
+    # ipc mode: the runtime's links over ZeroMQ ipc:// ("zmq") or "direct" AF_UNIX stream sockets (one wake-up
+    # per message instead of three; opt-in until it is shown to pay end to end); tcp mode always uses CURVE zmq
+    peer_link: str = "zmq"
     host: str = "127.0.0.1"
     # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
     startup_timeout_s: float = 600.0

@@ -42,6 +42,8 @@ def fes():
         "p35": ([SMALL, LARGE], AlgorithmSpec("bernoulli", {"route_prob": 0.35}), AUTO),
         "single": ([LARGE], AlgorithmSpec("stay"), RuntimeConfig()),
         "ens3": ([SMALL, MID, LARGE], ENSEMBLE, RuntimeConfig(thresholds=[1, 2, 2], max_wait_ms=20.0)),
+        "ens3_direct": ([SMALL, MID, LARGE], ENSEMBLE, RuntimeConfig(thresholds=[1, 2, 2], max_wait_ms=20.0,
+                                                                      peer_link="direct")),
     })
     yield f
     f.close()
@@ -104,6 +106,23 @@ def test_mixed_routing_is_identical_across_runs_and_concurrency(fes) -> None:
     assert small["steps"] > 0 and small["route_counts"]["large"] == small["handoffs_sent"] > 0
     assert stats["large"]["route_rates"] == {"small": 1.0, "large": 0.0}
     assert stats["large"]["tokens_committed"] == stats["small"]["handoffs_sent"]  # one token per visit
+
+
+def test_direct_links_give_the_zmq_links_outputs(fes) -> None:
+    """runtime.peer_link=direct (AF_UNIX links for every runtime hop) is a transport, not a behaviour."""
+    zmq_path = fes.run(fes.fe["ens3"].generate_many(_reqs()))
+    direct = fes.run(fes.fe["ens3_direct"].generate_many(_reqs()))
+    assert [(r.output_ids, r.tokens_per_model, r.handoffs) for r in direct] == \
+        [(r.output_ids, r.tokens_per_model, r.handoffs) for r in zmq_path]
+    assert sum(r.handoffs for r in direct) > 0
+    streamed = []
+
+    async def stream() -> None:
+        async for ev in fes.fe["ens3_direct"].stream(_reqs()[1]):
+            streamed.extend(ev.token_ids)
+
+    fes.run(stream())
+    assert streamed == zmq_path[1].output_ids
 
 
 def test_single_model_serving_with_stay(fes) -> None:

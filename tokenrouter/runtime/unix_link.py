@@ -1,4 +1,4 @@
-"""Direct subserver-to-subserver links for `runtime.ipc=ipc`: AF_UNIX stream sockets, length-prefixed frames.
+"""Direct runtime links for `runtime.peer_link=direct` (ipc mode): AF_UNIX stream sockets, length-prefixed frames.
 
 Why not ZeroMQ on this one path: a hand-off is on the critical path of every routed token, and a zmq ipc://
 frame wakes the sender's I/O thread, the receiver's I/O thread and then the receiver, three scheduling
@@ -6,8 +6,8 @@ delays on a machine whose cores are busy with model steps. A plain socket writte
 by the receiver costs one wake-up: `benchmarks/bench_zmq_floor.py` measures both ping-pongs side by side.
 Stream sockets rather than SOCK_SEQPACKET because a frame (a first contact carrying a long prompt) may be
 larger than a socket buffer. Security is that of ipc://: the socket files live in the run's private 0700
-directory. In ipc mode every runtime link uses them (subserver <-> subserver, front end <-> subserver; each
-process also keeps its zmq inbox bound); tcp mode (CURVE-authenticated) and runtime.peer_link=zmq use ZeroMQ.
+directory. With runtime.peer_link=direct every runtime link uses them (subserver <-> subserver, front end <->
+subserver; each process also keeps its zmq inbox bound); the default (zmq) and tcp mode (CURVE) use ZeroMQ.
 
 A send never blocks the event loop: what the kernel does not take is kept in order and written on the next
 `flush()`; the loop polls more often while a backlog remains (`backlog`).
