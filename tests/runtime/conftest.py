@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +62,19 @@ def user_algorithms_importable() -> Iterator[None]:
         yield
     finally:
         sys.path.remove(here)
+
+
+@contextlib.asynccontextmanager
+async def started(*systems: Any) -> AsyncIterator[None]:
+    """Every system started at once (start-up dominates the tests that compare systems), all closed after."""
+    try:
+        await asyncio.gather(*(s.start() for s in systems))
+        yield
+    finally:
+        await asyncio.gather(*(s.close() for s in systems))
+
+
+async def generate_on_each(systems: tuple[Any, ...], reqs: list[Any], timeout_s: float) -> list[list[Any]]:
+    """The same requests on every system concurrently: one list of results per system, in request order."""
+    runs = (asyncio.gather(*(s.generate(r) for r in reqs)) for s in systems)
+    return [list(rs) for rs in await asyncio.wait_for(asyncio.gather(*runs), timeout_s)]

@@ -20,7 +20,7 @@ from tokenrouter.runtime import threshold_planner
 from tokenrouter.runtime.frontend import TokenRouterFrontend
 from tokenrouter.runtime.threshold_planner import rates_are_measured
 
-from .conftest import user_algorithms_importable
+from .conftest import generate_on_each, started, user_algorithms_importable
 
 HERE = Path(__file__).parent
 ALGORITHM = AlgorithmSpec.from_dict(yaml.safe_load((HERE / "user_algorithms" / "declared.yaml").read_text()))
@@ -52,19 +52,13 @@ def test_declared_algorithm_runs_with_auto_thresholds_and_on_std_serving(tmp_pat
         lockstep = LockstepSystem(specs, ALGORITHM, RuntimeConfig())
         std = StdServingSystem(specs, ALGORITHM, RuntimeConfig(thresholds=[1, 1]))
         systems = (router, lockstep, std)
-        try:
-            await asyncio.gather(*(s.start() for s in systems))  # start-up dominates: overlap it
-            results = list(await asyncio.wait_for(asyncio.gather(
-                router.generate_many(reqs),
-                asyncio.gather(*(lockstep.generate(r) for r in reqs)),
-                asyncio.gather(*(std.generate(r) for r in reqs))), 300))
+        async with started(*systems):
+            results = await generate_on_each(systems, reqs, 300)
             for _ in range(600):  # the re-plan runs in a child process: seconds on a loaded machine
                 if "measured over" in router.stats()["thresholds_source"]:
                     break
                 await asyncio.sleep(0.1)
             return results, router.stats()["thresholds_source"], (std.want_logits, std.want_hidden)
-        finally:
-            await asyncio.gather(*(s.close() for s in systems))
 
     with user_algorithms_importable():
         results, source, std_outputs = asyncio.run(run())

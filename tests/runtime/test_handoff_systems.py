@@ -14,7 +14,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.frontend import TokenRouterFrontend
 
-from .conftest import user_algorithms_importable
+from .conftest import generate_on_each, started, user_algorithms_importable
 
 SPECS = [ModelSpec(name="small", source="tiny-random:small", kv_tokens=4096),
          ModelSpec(name="large", source="tiny-random:large", kv_tokens=4096)]
@@ -36,15 +36,8 @@ def test_resend_gives_identical_outputs_on_all_three_systems() -> None:
         std = StdServingSystem(SPECS, RESEND, runtime,
                                options=StdServingOptions(return_logits=False, return_hidden_states=False))
         systems = (router, lockstep, std)
-        try:
-            await asyncio.gather(*(s.start() for s in systems))  # start-up dominates: overlap it
-            results = list(await asyncio.wait_for(asyncio.gather(
-                router.generate_many(reqs),
-                asyncio.gather(*(lockstep.generate(r) for r in reqs)),
-                asyncio.gather(*(std.generate(r) for r in reqs))), 120))
-            return results, std.stats()
-        finally:
-            await asyncio.gather(*(s.close() for s in systems))
+        async with started(*systems):
+            return await generate_on_each(systems, reqs, 120), std.stats()
 
     with user_algorithms_importable():
         results, std_stats = asyncio.run(run())
