@@ -67,8 +67,11 @@ $(SGL_STAMP): pyproject.toml
 
 sglang-venv: $(SGL_STAMP)
 
-test-sglang: $(SGL_STAMP)
+# The engine's tests run inside .venv-sglang; the baselines on real SGLang servers run from .venv (the bench's
+# interpreter) and start `sglang.launch_server` from .venv-sglang, as a user's sweep does.
+test-sglang: $(SGL_STAMP) $(STAMP)
 	$(SGL_PY) -m pytest -q -W ignore::DeprecationWarning tests/engine/test_sglang_*.py tests/runtime/test_runtime_sglang.py
+	$(PY) -m pytest -q -m slow tests/baselines/test_sglang_baselines.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache

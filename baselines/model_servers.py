@@ -1,20 +1,22 @@
-"""Independent single-model HTTP servers as real subprocesses, for the Std. Serving baseline.
+"""Independent single-model HTTP servers as real subprocesses, for the baselines that query servers.
 
-Two kinds behind one handle: `tokenrouter serve` with one model and algorithm `stay` (any machine), or an
-SGLang server (`python -m sglang.launch_server`, GPU machines with SGLang installed). Both answer the same
-SGLang-style `POST /generate` (input_ids + sampling_params -> output_ids + meta_info).
+Two kinds behind one handle: `tokenrouter serve` with one model and algorithm `stay`, or a real SGLang server
+(`python -m sglang.launch_server` from SGLang's own venv, baselines/sglang_server.py; CPU or GPU). Both
+answer the same SGLang-style `POST /generate` (input_ids + sampling_params -> output_ids + meta_info).
 
 Our servers bind port 0 and report the port in their ready line, so there is no free-port race; SGLang gets
-a port probed free just before launch. Every server gets SIGTERM when this process dies (Linux parent-death
-signal), and `close()` terminates it (SIGTERM, then SIGKILL after a grace period): no orphans.
+a port probed free just before launch. Each server is the leader of its own process group (SGLang forks a
+scheduler and a detokenizer): it gets SIGTERM when this process dies (Linux parent-death signal, and SGLang's
+children die with it), and `close()` signals the whole group (SIGTERM, then SIGKILL after a grace period):
+no orphans.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
+import os
 import signal
 import socket
 import sys
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from baselines.sglang_server import SGLangServerOptions, sglang_command
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
@@ -43,20 +46,37 @@ class ModelServer:
     log_path: Path
     drain: asyncio.Task | None = None
 
+    kind: str = "tokenrouter"
+
     async def close(self) -> None:
+        """Stop the server and everything it started (its process group). Idempotent."""
         if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGTERM)
+            _signal_group(self.proc.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    self.proc.kill()
+                _signal_group(self.proc.pid, signal.SIGKILL)
                 await self.proc.wait()
+        # The leader is gone; a child still in its group (a forked worker that ignored SIGTERM) goes now.
+        _signal_group(self.proc.pid, signal.SIGKILL)
         if self.drain is not None:
             self.drain.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.drain
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+async def _spawn(cmd: list[str], log_path: Path, env: dict[str, str] | None = None,
+                 stdout_pipe: bool = False) -> asyncio.subprocess.Process:
+    """A server process leading its own process group, stderr (and stdout unless piped) to `log_path`."""
+    with log_path.open("wb") as log:
+        return await asyncio.create_subprocess_exec(
+            *cmd, stdout=asyncio.subprocess.PIPE if stdout_pipe else log, stderr=log,
+            stdin=asyncio.subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=die_with_parent)
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -81,12 +101,8 @@ async def launch_tokenrouter(spec: ModelSpec, runtime: RuntimeConfig, seed: int,
     stem = f"server{index}"
     (workdir / f"{stem}.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
     log_path = workdir / f"{stem}.log"
-    with log_path.open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tokenrouter", "serve", "-cp", str(workdir), "-cn", stem,
-            stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-            preexec_fn=die_with_parent,
-        )
+    proc = await _spawn([sys.executable, "-m", "tokenrouter", "serve", "-cp", str(workdir), "-cn", stem],
+                        log_path, stdout_pipe=True)
     assert proc.stdout is not None
     try:
         url = await asyncio.wait_for(_ready_url(proc.stdout), timeout_s)
@@ -123,40 +139,28 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def launch_sglang(spec: ModelSpec, seed: int, workdir: Path, index: int, timeout_s: float,
-                        hidden_states: bool, extra_args: list[str]) -> ModelServer:
-    """An SGLang server for `spec` (its model source as a Hub id or local directory), ready when /health
-    answers 200."""
-    if importlib.util.find_spec("sglang") is None:
-        raise UserError("std_serving: system.server=sglang needs SGLang installed (pip install 'sglang[all]', "
-                        "GPU machines); use system.server=tokenrouter otherwise")
-    if spec.engine == "sim":
-        raise UserError(f"std_serving: model {spec.name!r} is a sim engine; SGLang serves real weights only")
+async def launch_sglang(spec: ModelSpec, seed: int, workdir: Path, index: int, hidden_states: bool,
+                        opts: SGLangServerOptions) -> ModelServer:
+    """A real SGLang server for `spec` (its model source as a Hub id or local directory), ready when /health
+    answers 200 (SGLang answers 503 until its warm-up request has run)."""
     from tokenrouter.engine.loader import resolve_source
 
     src = resolve_source(spec.source)
     if src.gguf_file:
-        raise UserError(f"std_serving: SGLang does not load GGUF files ({spec.source})")
+        raise UserError(f"SGLang server: model {spec.name!r} is a GGUF file ({spec.source}); SGLang loads HF weights")
     port = _free_port()
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", src.location, "--host", "127.0.0.1",
-           "--port", str(port), "--tp-size", str(spec.tp), "--dtype", spec.dtype, "--random-seed", str(seed)]
-    if spec.mem_fraction is not None:
-        cmd += ["--mem-fraction-static", str(spec.mem_fraction)]
-    if hidden_states:
-        cmd += ["--enable-return-hidden-states"]
-    cmd += list(extra_args)
+    cmd, env = sglang_command(spec, src.location, port, seed, hidden_states, opts)
     log_path = workdir / f"sglang{index}.log"
-    with log_path.open("wb") as log:
-        proc = await asyncio.create_subprocess_exec(*cmd, stdout=log, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-                                                    preexec_fn=die_with_parent)
-    server = ModelServer(spec.name, f"http://127.0.0.1:{port}", proc, log_path)
-    deadline = time.monotonic() + timeout_s
+    proc = await _spawn(cmd, log_path, env)
+    server = ModelServer(spec.name, f"http://127.0.0.1:{port}", proc, log_path, kind="sglang")
+    deadline = time.monotonic() + opts.startup_timeout_s
     async with httpx.AsyncClient(timeout=5.0) as client:
         while time.monotonic() < deadline and proc.returncode is None:
             with contextlib.suppress(httpx.HTTPError):
                 if (await client.get(f"{server.url}/health")).status_code == 200:
                     return server
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.5)
+    code = proc.returncode
     await server.close()
-    raise UserError(f"std_serving: SGLang server for {spec.name!r} did not become ready "
-                    f"(exit code {proc.returncode}): {_log_tail(log_path)}")
+    why = f"exited with code {code}" if code is not None else f"was not ready after {opts.startup_timeout_s:g} s"
+    raise UserError(f"SGLang server for model {spec.name!r} {why}: {_log_tail(log_path)}")

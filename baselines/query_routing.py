@@ -3,7 +3,8 @@
 A RouteLLM router (PyPI `routellm`, optional extra) scores each prompt's strong-model win rate; the threshold is
 calibrated on the workload's own prompts so that `strong_share` of the queries go to the strong model (the
 last model of the set); each query then runs whole on one model (weak = the entry model), each model served by
-the TokenRouter runtime alone (`stay` algorithm), so only the routing granularity differs from token-level runs.
+the TokenRouter runtime alone (`stay` algorithm), so only the routing granularity differs from token-level runs;
+or, with `server: sglang`, by a real SGLang server per model, as the paper ran RouteLLM.
 
 RouteLLM quirks handled here:
 - importing any of its routers needs OPENAI_API_KEY set (its similarity-weighted module builds an OpenAI
@@ -31,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from baselines.routellm_metrics import apgr, cpt
-from baselines.single import single_model_system
+from baselines.sglang_server import SGLangServerOptions
+from baselines.single import model_system, server_options
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
@@ -114,7 +116,8 @@ class QueryRoutingSystem(ServingSystem):
 
     def __init__(self, weak: ModelSpec, strong: ModelSpec, runtime: RuntimeConfig, seed: int, *,
                  router: str = "random", strong_share: float = 0.3, router_kwargs: dict | None = None,
-                 weak_run: str | None = None, strong_run: str | None = None) -> None:
+                 weak_run: str | None = None, strong_run: str | None = None, server: str = "tokenrouter",
+                 sglang: SGLangServerOptions | None = None) -> None:
         self.model_names = [weak.name, strong.name]
         self.router_name = router
         self.router_kwargs = dict(router_kwargs or {})
@@ -122,13 +125,22 @@ class QueryRoutingSystem(ServingSystem):
         strong_threshold([], self.strong_share)  # validate early
         self.seed = seed
         self.runs = (weak_run, strong_run)
-        self.systems = [single_model_system(weak, runtime), single_model_system(strong, runtime)]
+        self.server = server
+        self.systems = [model_system(weak, runtime, seed, server, sglang), model_system(strong, runtime, seed, server, sglang)]
         self.win_rates: dict[int, float] = {}
         self.threshold: float | None = None
         self.routed = [0, 0]
 
     async def start(self) -> None:
-        await asyncio.gather(*(s.start() for s in self.systems))
+        started = await asyncio.gather(*(s.start() for s in self.systems), return_exceptions=True)
+        failed = [e for e in started if isinstance(e, BaseException)]
+        if failed:  # one model's server did not come up: stop the other's before saying why
+            await self.close()
+            raise failed[0]
+
+    def reset_stats(self) -> None:
+        for s in self.systems:
+            s.reset_stats()
 
     async def close(self) -> None:
         await asyncio.gather(*(s.close() for s in self.systems), return_exceptions=True)
@@ -165,6 +177,7 @@ class QueryRoutingSystem(ServingSystem):
         total = sum(self.routed)
         return {
             "system": "query_routing",
+            "server": self.server,
             "router": self.router_name,
             "threshold": self.threshold,
             "strong_share_target": self.strong_share,
@@ -182,8 +195,10 @@ class QueryRoutingSystem(ServingSystem):
 
 def from_setup(setup: SystemSetup) -> QueryRoutingSystem:
     known = {"router", "strong_share", "router_kwargs", "weak_run", "strong_run"}
-    setup.unknown_fields(known)
+    setup.unknown_fields(known | {"server", "sglang"})
     if len(setup.models) < 2:
         raise UserError("system=query_routing needs at least two models (weak = first, strong = last)")
     opts = {k: setup.system[k] for k in known if setup.system.get(k) is not None}
-    return QueryRoutingSystem(setup.models[0], setup.models[-1], setup.runtime, setup.seed, **opts)
+    server, sglang = server_options(setup)
+    return QueryRoutingSystem(setup.models[0], setup.models[-1], setup.runtime, setup.seed, server=server,
+                              sglang=sglang, **opts)

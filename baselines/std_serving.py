@@ -1,7 +1,7 @@
 """`system=std_serving`: the paper's "Std. Serving" baseline.
 
 Each model runs behind its own independent single-model server (`tokenrouter serve` with that model alone
-and algorithm `stay`, or SGLang where installed: `system.server=sglang`), started as real subprocesses.
+and algorithm `stay`, or a real SGLang server: `system.server=sglang`), started as real subprocesses.
 An external dispatcher (here, in the benchmark process) keeps every request's tokens and, for every output
 token, POSTs the WHOLE prefix to the current model's server `/generate` asking for ONE token (plus the
 last step's logits / hidden state when the algorithm needs them). It then runs the algorithm's own
@@ -13,8 +13,9 @@ Like SGLang's radix cache, each of our servers keeps finished requests' KV in a 
 (`system.prefix_cache_tokens`, see tokenrouter/engine/prefix_cache.py), so resending a prefix costs an
 extend of the new tokens, not a prefill. What remains per token is bookkeeping: HTTP + JSON both ways,
 request admission, scheduling and prefix matching on the server, and the dispatcher's own work. stats()
-reports that per-token breakdown (`per_token_ms`), the figure the paper measured (37.2 ms per small-model
-step of which 1.56 ms inference).
+reports that per-token breakdown (`per_token_ms`), the figure the paper measured (Table 10: 37.2 ms per
+small-model step of which 1.56 ms inference); on SGLang servers the server side is split further by SGLang's
+own scheduler stage timers (prefix matching and KV allocation, the forward, radix insert and release, ...).
 """
 
 from __future__ import annotations
@@ -31,13 +32,24 @@ from typing import Any
 import httpx
 import torch
 
-from baselines.model_servers import KINDS, ModelServer, launch_sglang, launch_tokenrouter
+from baselines.http_model import (
+    SERVERS,
+    generate_body,
+    http_client,
+    server_eos_ids,
+    server_error,
+    sglang_stage_stats,
+    start_server,
+    stop_servers,
+)
+from baselines.model_servers import ModelServer
+from baselines.sglang_server import SGLangServerOptions
 from tokenrouter import handoff
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
-from tokenrouter.runtime.ipc import private_dir, remove_dir
+from tokenrouter.runtime.ipc import private_dir
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
 
@@ -48,13 +60,15 @@ class StdServingOptions:
     prefix_cache_tokens: int = 1 << 18  # per tokenrouter server; 0 = off (every token re-prefills the prefix)
     return_logits: bool | str = "auto"  # auto: what the algorithm declares it reads (its `needs.step_outputs`)
     return_hidden_states: bool | str = "auto"
-    startup_timeout_s: float = 300.0
+    startup_timeout_s: float = 300.0  # our servers (SGLang's: sglang.startup_timeout_s)
     request_timeout_s: float = 600.0
-    sglang_args: list[str] = field(default_factory=list)
+    sglang: SGLangServerOptions = field(default_factory=SGLangServerOptions)
 
     def __post_init__(self) -> None:
-        if self.server not in KINDS:
-            raise UserError(f"system std_serving: server must be one of {KINDS}, got {self.server!r}")
+        if self.server not in SERVERS:
+            raise UserError(f"system std_serving: server must be one of {SERVERS}, got {self.server!r}")
+        if not isinstance(self.sglang, SGLangServerOptions):
+            self.sglang = SGLangServerOptions.from_dict(self.sglang, "system std_serving")
         if self.prefix_cache_tokens < 0:
             raise UserError("system std_serving: prefix_cache_tokens must be >= 0")
         for name in ("return_logits", "return_hidden_states"):
@@ -72,7 +86,7 @@ class StdServingOptions:
 @dataclass
 class StdServingModelStats(ModelCounters):
     """Per model: the shared counters plus the per-token cost breakdown (ms per dispatcher step) and the
-    server's own counters (our servers only)."""
+    server's own counters (ours: engine steps and busy time; SGLang's: its scheduler stage seconds too)."""
 
     per_token_ms: dict[str, float] | None = None
     server: dict[str, float] | None = None
@@ -108,7 +122,8 @@ class _Step:
 class _ModelInfo:
     """Stands in for a model's engine when the dispatcher calls an algorithm's bind(): routers read the
     model's sizes and input embedding (R2R embeds the predicted token), read here from the checkpoint; the
-    dispatcher itself runs no model."""
+    dispatcher itself runs no model, only (for SGLang servers, which return hidden states but not logits) the
+    output head over the returned hidden state."""
 
     device = torch.device("cpu")
 
@@ -116,6 +131,8 @@ class _ModelInfo:
         self.spec = spec
         self.name = spec.name
         self._config: Any = None
+        self._embeddings: torch.nn.Module | None = None
+        self._head: torch.nn.Module | None = None
 
     def _hf_config(self) -> Any:
         if self._config is None:
@@ -139,12 +156,28 @@ class _ModelInfo:
     def vocab_size(self) -> int:
         return self.spec.sim.vocab_size if self.spec.engine == "sim" else int(self._hf_config().vocab_size)
 
+    def _load(self) -> None:
+        """The input embedding and output head, kept; the rest of the model is dropped."""
+        if self._embeddings is None:
+            from tokenrouter.engine.loader import load_model
+
+            model = load_model(self.spec.source, self.spec.dtype, "cpu")
+            self._embeddings, self._head = model.get_input_embeddings(), model.get_output_embeddings()
+
     def input_embeddings(self) -> torch.nn.Embedding | None:
         if self.spec.engine == "sim":
             return None
-        from tokenrouter.engine.loader import load_model
+        self._load()
+        return self._embeddings
 
-        return load_model(self.spec.source, self.spec.dtype, "cpu").get_input_embeddings()
+    @torch.no_grad()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The next-token logits of a returned final hidden state ([1, hidden] -> [1, vocab], float32): the
+        server's own last step (SGLang's hidden state is the final-norm output, as ours)."""
+        self._load()
+        assert self._head is not None
+        weight = self._head.weight
+        return self._head(hidden.to(weight.dtype)).float()
 
 
 class StdServingSystem(ServingSystem):
@@ -161,9 +194,9 @@ class StdServingSystem(ServingSystem):
         self.runtime = runtime
         self.seed = seed
         self.want_logits, self.want_hidden = self.opts.outputs(algorithm.name)
-        if self.opts.server == "sglang" and self.want_logits:
-            raise UserError(f"std_serving: algorithm {algorithm.name!r} needs full next-token logits, which an "
-                            "SGLang server does not return; use system.server=tokenrouter")
+        # An SGLang server returns hidden states but no logits: the dispatcher applies the model's output head
+        self.logits_from_hidden = self.opts.server == "sglang" and self.want_logits
+        self.infos: list[_ModelInfo] = []
         self.algorithms: list[RoutingAlgorithm] = []
         self.servers: list[ModelServer] = []
         self.eos_ids: list[int] = []
@@ -181,50 +214,30 @@ class StdServingSystem(ServingSystem):
         self.algorithms = [build_algorithm(self.algorithm_spec.name, i, self.model_names, self.algorithm_spec.params)
                            for i in range(len(self.specs))]
         logging.getLogger("httpx").setLevel(logging.WARNING)  # else one INFO line per token under Hydra
-        infos = [_ModelInfo(spec) for spec in self.specs]
-        await asyncio.to_thread(lambda: [a.bind(i) for a, i in zip(self.algorithms, infos, strict=True)])
+        self.infos = [_ModelInfo(spec) for spec in self.specs]
+        await asyncio.to_thread(lambda: [a.bind(i) for a, i in zip(self.algorithms, self.infos, strict=True)])
         self._dir = private_dir()
         timeout = self.opts.startup_timeout_s
         try:
-            if self.opts.server == "tokenrouter":
-                launches = [launch_tokenrouter(s, self.runtime, self.seed, self._dir, i, timeout)
-                            for i, s in enumerate(self.specs)]
-            else:
-                launches = [launch_sglang(s, self.seed, self._dir, i, timeout, self.want_hidden, self.opts.sglang_args)
-                            for i, s in enumerate(self.specs)]
+            hidden = self.want_hidden or self.logits_from_hidden
+            launches = [start_server(self.opts.server, s, self.runtime, self.seed, self._dir, i, self.opts.sglang,
+                                     hidden, timeout) for i, s in enumerate(self.specs)]
             started = await asyncio.gather(*launches, return_exceptions=True)
             self.servers = [s for s in started if isinstance(s, ModelServer)]
             failed = [e for e in started if isinstance(e, BaseException)]
             if failed:
                 raise failed[0]
-            self._client = httpx.AsyncClient(timeout=self.opts.request_timeout_s,
-                                             limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
-            self.eos_ids = await self._entry_eos()
+            self._client = http_client(self.opts.request_timeout_s)
+            self.eos_ids = await server_eos_ids(self.servers[0], self.specs[0], self._client)
         except BaseException:
             await self.close()
             raise
 
-    async def _entry_eos(self) -> list[int]:
-        """The entry model's EOS ids (stop tokens by default, as in TokenRouter): from our server's
-        /v1/models, or the model's tokenizer for SGLang."""
-        if self.opts.server == "tokenrouter":
-            assert self._client is not None
-            models = (await self._client.get(f"{self.servers[0].url}/v1/models")).json()
-            return list(models["data"][0].get("eos_token_ids") or [])
-        from tokenrouter.engine.loader import load_tokenizer
-
-        tok = load_tokenizer(self.specs[0].source)
-        return [] if tok is None or tok.eos_token_id is None else [int(tok.eos_token_id)]
-
     async def close(self) -> None:
         """Stop every server (no process left) and remove the config/log directory. Idempotent."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
-        servers, self.servers = self.servers, []
-        await asyncio.gather(*(s.close() for s in servers))
-        remove_dir(self._dir)
-        self._dir = None
+        client, servers, workdir = self._client, self.servers, self._dir
+        self._client, self.servers, self._dir = None, [], None
+        await stop_servers(client, servers, workdir)
 
     async def __aenter__(self) -> StdServingSystem:
         await self.start()
@@ -254,6 +267,8 @@ class StdServingSystem(ServingSystem):
             assert view is not None
             step = await self._one_token(at, view, stop)
             t1 = time.perf_counter()
+            if self.logits_from_hidden and step.hidden is not None:
+                step.logits = self.infos[at].logits(step.hidden)
             algo = self.algorithms[at]
             dest = algo.route(StepResult(at, [view], [step.token], step.logits, step.hidden))[0]
             if not 0 <= dest < len(self.specs):
@@ -283,31 +298,23 @@ class StdServingSystem(ServingSystem):
     async def _one_token(self, model: int, view: RouterRequest, stop: set[int]) -> _Step:
         """POST the whole prefix to `model`'s server for one token (and what route() needs)."""
         assert self._client is not None
-        s = view.sampling
-        body: dict[str, Any] = {
-            "input_ids": view.tokens,
-            "sampling_params": {"max_new_tokens": 1, "temperature": s.temperature, "top_p": s.top_p,
-                                "top_k": s.top_k if s.top_k > 0 else -1},
-        }
-        if s.seed is not None:
-            body["sampling_params"]["sampling_seed"] = s.seed
-        if view.position < view.min_new_tokens:  # min_tokens: this one token may not be a stop token
-            body["sampling_params"].update(min_new_tokens=1, stop_token_ids=sorted(stop))
-        if self.want_logits:
+        # min_tokens: while the request is short of them, this one token may not be a stop token
+        body = generate_body(view.tokens, view.sampling, 1, stop, int(view.position < view.min_new_tokens))
+        if self.want_logits and not self.logits_from_hidden:
             body["return_logits"] = True
-        if self.want_hidden:
+        if self.want_hidden or self.logits_from_hidden:
             body["return_hidden_states"] = True
         t0 = time.perf_counter()
         resp = await self._client.post(f"{self.servers[model].url}/generate", json=body)
         if resp.status_code != 200:
-            raise _server_error(self.model_names[model], resp)
+            raise server_error(f"std_serving: {self.model_names[model]}", resp)
         out = resp.json()
         http_s = time.perf_counter() - t0
         meta = out.get("meta_info") or {}
         return _Step(
             token=int(out["output_ids"][-1]),
-            logits=_last_row(meta.get("logits")) if self.want_logits else None,
-            hidden=_last_row(meta.get("hidden_states")) if self.want_hidden else None,
+            logits=_last_row(meta.get("logits")) if self.want_logits and not self.logits_from_hidden else None,
+            hidden=_last_row(meta.get("hidden_states")) if self.want_hidden or self.logits_from_hidden else None,
             http_s=http_s,
             server_s=float(meta.get("e2e_latency") or 0.0),
         )
@@ -334,9 +341,16 @@ class StdServingSystem(ServingSystem):
         self._baseline = [self._server_stats(i, since_reset=False) for i in range(n)]
 
     def _server_stats(self, i: int, since_reset: bool = True) -> dict[str, float] | None:
-        """Steps and engine busy time of server `i`, read from its /metrics (our servers only)."""
-        if self.opts.server != "tokenrouter" or i >= len(self.servers):
+        """Forward steps and busy time of server `i`, read from its /metrics (for SGLang: forward passes, its
+        run_batch stage, and every scheduler stage's seconds)."""
+        if i >= len(self.servers):
             return None
+        base = self._baseline[i] if since_reset else None
+        if self.servers[i].kind == "sglang":
+            stages = sglang_stage_stats(self.servers[i], base)
+            if stages is None:
+                return None
+            return {"engine_steps": stages["forward_passes"], "busy_s": stages.get("stage_run_batch", 0.0), **stages}
         try:
             text = httpx.get(f"{self.servers[i].url}/metrics", timeout=5.0).text
         except httpx.HTTPError:
@@ -345,7 +359,6 @@ class StdServingSystem(ServingSystem):
         if "steps" not in values:
             return None
         out = {"engine_steps": values["steps"], "busy_s": values.get("busy_s", 0.0)}
-        base = self._baseline[i] if since_reset else None
         return {k: v - base[k] for k, v in out.items()} if base else out
 
 
@@ -361,10 +374,18 @@ def _breakdown(t: _Timing, server: dict[str, float] | None) -> dict[str, float] 
         "dispatcher_routing": t.route_s * ms,
     }
     if server and server["engine_steps"]:
-        step_ms = 1000.0 * server["busy_s"] / server["engine_steps"]
+        per_step = 1000.0 / server["engine_steps"]
+        step_ms = server["busy_s"] * per_step
         out["model_step"] = step_ms
         out["server_bookkeeping"] = out["server_handling"] - step_ms
         out["model_step_share"] = step_ms / out["dispatch"] if out["dispatch"] else 0.0
+        stages = {k.removeprefix("stage_"): v * per_step for k, v in server.items()
+                  if k.startswith("stage_") and k not in ("stage_idle", "stage_run_batch")}
+        if stages:  # SGLang: its scheduler's own stage timers, ms per forward pass
+            out.update({f"sglang_{k}": v for k, v in stages.items()})
+            out["sglang_scheduler"] = sum(stages.values())
+            # what the scheduler loop does not account for: tokenizer manager, detokenizer, their ZMQ IPC, queueing
+            out["sglang_tokenizer_ipc"] = out["server_bookkeeping"] - out["sglang_scheduler"]
     return out
 
 
@@ -375,15 +396,6 @@ def _last_row(values: Any) -> torch.Tensor | None:
     while isinstance(values[0], list):
         values = values[-1]
     return torch.tensor([values], dtype=torch.float32)
-
-
-def _server_error(model: str, resp: httpx.Response) -> Exception:
-    try:
-        message = resp.json()["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = resp.text[:300]
-    text = f"std_serving: model {model!r} server answered {resp.status_code}: {message}"
-    return UserError(text) if 400 <= resp.status_code < 500 else RuntimeError(text)
 
 
 def from_setup(setup: SystemSetup) -> StdServingSystem:

@@ -18,9 +18,10 @@ import json
 import sys
 from pathlib import Path
 
-from evals.report import systems_comparison, to_markdown
+from evals.report import systems_comparison
 from evals.runs_table import STEADY
 from evals.store import load_results
+from evals.tables import to_markdown
 from tokenrouter.cli import main as tokenrouter
 
 

@@ -204,13 +204,14 @@ def slo_config(cfg: Any) -> dict[str, float]:
 async def warm_up(system: ServingSystem, prep: Prepared, count: int, clients: int, name: str) -> None:
     """Run the workload's first `count` requests once, untimed and unrecorded (first-step compilation,
     allocator and cache warm-up), as bench_serving's --warmup-requests. The system's own counters include
-    them; the summary's latency and throughput figures do not."""
+    them unless it resets them (`reset_stats`); the summary's latency and throughput figures do not."""
     if count <= 0:
         return
     warm = [prep.requests[i % len(prep.requests)] for i in range(count)]
     _, _, crash = await drive(system, warm, min(clients, count), lambda _: None)
     if crash is not None:
         raise RunFailed(f"system {name} crashed during warm-up: {crash}")
+    system.reset_stats()
 
 
 async def run_system(cfg: Any, out: Path) -> dict[str, Any]:

@@ -9,7 +9,6 @@ if there are any, else the untagged runs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from baselines.routellm_metrics import apgr, cpt
 from evals import paper
 from evals.oracle import oracle_curve
 from evals.runs_table import PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label
+from evals.tables import write_table
 
 ORACLE = "optimal query router (oracle)"
 BASELINES = {"lockstep": "R2R lockstep", "official_r2r": "R2R official"}
@@ -29,7 +29,7 @@ def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "runs.csv"]
     df.to_csv(written[0], index=False)
-    from evals import plots  # matplotlib only when there is something to draw
+    from evals import breakdown, plots  # matplotlib only when there is something to draw
 
     reports: list[Callable[[pd.DataFrame, Path], list[Path]]] = [
         table3,
@@ -40,33 +40,12 @@ def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
         plots.load_plot,
         systems,
         query_level,
+        breakdown.serving_breakdown,
+        breakdown.systems_side_by_side,
     ]
     for report in reports:
         written += report(df, out)
     return written
-
-
-def write_table(table: pd.DataFrame, out: Path, stem: str, caption: str) -> list[Path]:
-    """A table as Markdown, CSV and LaTeX."""
-    paths = [out / f"{stem}.md", out / f"{stem}.csv", out / f"{stem}.tex"]
-    paths[0].write_text(f"{caption}\n\n{to_markdown(table)}\n", encoding="utf-8")
-    table.to_csv(paths[1], index=False)
-    latex = table.to_latex(
-        index=False, float_format="%.2f", na_rep="--", caption=caption, label=f"tab:{stem}"
-    )
-    paths[2].write_text(latex, encoding="utf-8")
-    return paths
-
-
-def to_markdown(table: pd.DataFrame) -> str:
-    def cell(v: object) -> str:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
-            return "--"
-        return f"{v:.2f}" if isinstance(v, float) else str(v)
-
-    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
-    return "\n".join(lines)
 
 
 def table3(df: pd.DataFrame, out: Path) -> list[Path]:
@@ -216,7 +195,7 @@ def query_level(df: pd.DataFrame, out: Path) -> list[Path]:
         if optimal is not None:
             methods.append((ORACLE, optimal))
         for series, pts in methods:
-            level = {"query-level routing": "query", ORACLE: "oracle"}.get(series, "token")
+            level = "query" if series.startswith("query-level routing") else "oracle" if series == ORACLE else "token"
             rows.append(
                 {
                     "workload": workload,

@@ -37,12 +37,13 @@ def has(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
 def series_label(row: pd.Series) -> str:
     """How a run is named in legends: the system, plus the algorithm or single model that sets it apart."""
     system = str(row.get("system"))
+    where = " on SGLang" if row.get("server") == "sglang" else ""
     if system == "single":
-        return f"{row.get('system_model')}-only"
+        return f"{row.get('system_model')}-only{where}"
     if system == "query_routing":
-        return "query-level routing"
+        return f"query-level routing{where}"
     if system in ("tokenrouter", "lockstep", "std_serving") and pd.notna(row.get("algorithm")):
-        return f"{system} ({row.get('algorithm')})"
+        return f"{system} ({row.get('algorithm')}){where}"
     return system
 
 

@@ -112,6 +112,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "async": runtime.get("async"),
         "system_model": get("system", "model"),
         "strong_share": get("system", "strong_share"),
+        "server": get("system", "server"),  # baselines on real SGLang servers: "sglang"
         "variant": get("ablation_variant") or get("variant"),
         "sweeper": sweeper_choice(run_dir),
     }

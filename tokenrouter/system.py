@@ -47,6 +47,10 @@ class ServingSystem(ABC):
         """Called before `start()` with the whole workload (query-level routing sets its threshold from the
         prompts' scores; TokenRouter sets `runtime.auto_context_tokens` to its mean context)."""
 
+    def reset_stats(self) -> None:
+        """Called after the warm-up requests: a system whose `stats()` are per-request costs (Std. Serving's
+        breakdown, SGLang's stage timers) measures afresh from here; cumulative counters may stay."""
+
     def summary_extra(self) -> dict[str, Any]:
         """Extra summary.json fields after the run (RouteLLM's APGR / CPT)."""
         return {}

@@ -94,16 +94,25 @@ def test_config_errors_are_one_line_user_errors() -> None:
     assert opts.outputs("rstitch") == (True, False)
 
 
-def test_sglang_server_without_sglang_is_a_clear_error() -> None:
+def test_sglang_server_that_cannot_start_is_a_clear_error_and_leaves_nothing() -> None:
+    """An interpreter without SGLang: the server exits at once; start() says so in one error naming the model
+    and the log's last lines, and no process or directory is left."""
     import importlib.util
+    import sys
 
     if importlib.util.find_spec("sglang") is not None:
-        pytest.skip("SGLang is installed here")
+        pytest.skip("this interpreter has SGLang")
+    before = _children()
     std = StdServingSystem(model_specs(TINY), AlgorithmSpec("bernoulli", {}), RuntimeConfig(),
-                           options=StdServingOptions(server="sglang"))
-    with pytest.raises(UserError, match="needs SGLang installed"):
+                           options=StdServingOptions(server="sglang", sglang={"python": sys.executable}))
+    with pytest.raises(UserError, match=r"SGLang server for model '(small|large)' exited with code 1: (?s:.*)sglang"):
         asyncio.run(std.start())
-    assert std.servers == [] and std._dir is None
+    assert std.servers == [] and std._dir is None and _children() <= before
+    with pytest.raises(UserError, match="is not a file"):
+        asyncio.run(StdServingSystem(model_specs(TINY), AlgorithmSpec("bernoulli", {}), RuntimeConfig(),
+                                     options=StdServingOptions(server="sglang", sglang={"python": "/no/python"})).start())
+    with pytest.raises(UserError, match="unknown sglang option"):
+        StdServingOptions(server="sglang", sglang={"pyhton": "x"})
 
 
 @pytest.mark.slow

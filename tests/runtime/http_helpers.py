@@ -28,7 +28,7 @@ class Server:
     tmp: Path  # its TMPDIR: where its socket directory lives
 
     def descendants(self) -> list[int]:
-        return _descendants(self.proc.pid)
+        return descendant_pids(self.proc.pid)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
@@ -42,7 +42,7 @@ class Server:
             raise
 
 
-def _descendants(pid: int) -> list[int]:
+def descendant_pids(pid: int) -> list[int]:
     """All live descendant pids (from /proc), so the tests can prove nothing is left behind."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -67,7 +67,7 @@ def _kill(pid: int) -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
@@ -96,7 +96,7 @@ def stop_cleanly(server: Server, sig: int) -> None:
     kids = server.descendants()
     assert kids, "the server should run its subservers as child processes"
     assert server.stop(sig) == 0
-    assert not [p for p in kids if _alive(p)], "subserver processes outlived the server"
+    assert not [p for p in kids if alive(p)], "subserver processes outlived the server"
     assert not list(server.tmp.glob("tokenrouter-*")), "socket directory left behind"
 
 

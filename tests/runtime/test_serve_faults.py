@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from .http_helpers import SIM, _alive, start_server
+from .http_helpers import SIM, alive, start_server
 
 
 def _wait(predicate, timeout: float, step: float = 0.02) -> float:
@@ -46,7 +46,7 @@ def test_dead_subserver_turns_health_503_at_once_and_the_server_exits_1(tmp_path
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert lines and lines[-1].startswith("tokenrouter serve: error: subserver") and "died" in lines[-1], err
         assert "Traceback" not in err
-        assert not [p for p in kids if _alive(p)] and not list(tmp_path.glob("tokenrouter-*"))
+        assert not [p for p in kids if alive(p)] and not list(tmp_path.glob("tokenrouter-*"))
     finally:
         if server.proc.poll() is None:
             server.stop(signal.SIGKILL)

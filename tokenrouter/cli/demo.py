@@ -265,8 +265,9 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     the measured comparisons to `figures`."""
     from evals import demo_summary as ds
     from evals import plots
-    from evals.report import query_level, table3, to_markdown
+    from evals.report import query_level, table3
     from evals.store import load_results
+    from evals.tables import to_markdown
 
     df = load_results([sweep_dir])
     out.mkdir(parents=True, exist_ok=True)
