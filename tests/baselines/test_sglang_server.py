@@ -58,3 +58,23 @@ def test_scheduler_stages_sum_the_categories_and_forward_passes() -> None:
     got = scheduler_stages(text)
     assert got["stage_run_batch"] == pytest.approx(0.3) and got["stage_get_next_batch_to_run"] == pytest.approx(0.1)
     assert got["forward_passes"] == 60 and got["e2e_s"] == pytest.approx(0.6) and got["requests"] == 51
+
+
+@pytest.mark.parametrize("overrides", [
+    ["system=single_sglang", "system.model=large"],
+    ["system=query_routing_sglang"],
+    ["system=std_serving_sglang", "algorithm=rstitch"],
+])
+def test_sglang_system_configs_build_sglang_servers(overrides: list[str]) -> None:
+    """The `*_sglang` system configs compose and build systems whose servers are SGLang's (not started here)."""
+    from baselines.http_model import HttpModelSystem
+    from evals.systems import build_system
+    from tokenrouter.cli.hydra_config import compose
+
+    system = build_system(compose(["models=tiny", *overrides]))
+    if overrides[0] == "system=single_sglang":
+        assert isinstance(system, HttpModelSystem) and system.kind == "sglang" and system.model_names == ["large"]
+    elif overrides[0] == "system=query_routing_sglang":
+        assert all(isinstance(s, HttpModelSystem) and s.kind == "sglang" for s in system.systems)
+    else:
+        assert system.opts.server == "sglang" and system.logits_from_hidden and not system.want_hidden

@@ -193,3 +193,11 @@ def test_simulate_replays_a_runs_requests_jsonl(capsys, tmp_path) -> None:
     assert out["throughput_tok_s"] == pytest.approx(out["chain_throughput_tok_s"], rel=0.05)
     assert main(["model", *argv, "--trace-models", "small,large"]) == 0
     assert "replayed the run's traces" in capsys.readouterr().out
+
+
+def test_plot_title_names_the_setting() -> None:
+    from tokenrouter.perfmodel.plot import setting_title
+    from tokenrouter.perfmodel.spec import SystemSpec
+
+    spec = SystemSpec.build([[0.65, 0.35], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [6.0, 27.9], quantum_ms=0.1)
+    assert setting_title(spec) == "step 6 / 27.9 ms, route 0->1 0.35, 1->0 1.00, quantum 0.1 ms"

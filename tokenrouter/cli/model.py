@@ -18,7 +18,7 @@ from tokenrouter.errors import UserError
 from tokenrouter.perfmodel.chain import throughput
 from tokenrouter.perfmodel.compare import compare
 from tokenrouter.perfmodel.optimize import OptimizeResult, optimize, optimize_table
-from tokenrouter.perfmodel.plot import check_plot_path, plot_sweeps, threshold_sweep
+from tokenrouter.perfmodel.plot import check_plot_path, plot_sweeps, setting_title, threshold_sweep
 from tokenrouter.perfmodel.presets import PRESETS, preset
 from tokenrouter.perfmodel.simulate import simulate
 from tokenrouter.perfmodel.spec import SystemSpec
@@ -170,7 +170,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> None:
 
 def _plot(args: argparse.Namespace, spec: SystemSpec, bests: dict[int, tuple[int, ...]]) -> None:
     curves = {n: threshold_sweep(spec, n, list(b[:-1])) for n, b in bests.items()}
-    out = plot_sweeps(curves, args.plot, title=f"quantum {spec.quantum_ms:g} ms")
+    out = plot_sweeps(curves, args.plot, title=f"predicted throughput: {setting_title(spec)}")
     if not args.json:
         print(f"plot written to {out}")
 
