@@ -71,7 +71,7 @@ sglang-venv: $(SGL_STAMP)
 # interpreter) and start `sglang.launch_server` from .venv-sglang, as a user's sweep does.
 test-sglang: $(SGL_STAMP) $(STAMP)
 	$(SGL_PY) -m pytest -q -W ignore::DeprecationWarning tests/engine/test_sglang_*.py tests/runtime/test_runtime_sglang.py
-	$(PY) -m pytest -q -m slow tests/baselines/test_sglang_baselines.py
+	$(PY) -m pytest -q -m slow tests/baselines/test_sglang_baselines.py tests/baselines/test_http_model.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache

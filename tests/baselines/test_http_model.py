@@ -18,6 +18,7 @@ from tokenrouter.generation import GenerationRequest
 SMALL = model_specs({"members": [{"name": "small", "source": "tiny-random:small"}]})[0]
 
 
+@pytest.mark.slow  # ~18 s of start-up; run by `make test-sglang`, whose SGLang tests use the same client
 def test_whole_requests_over_http_equal_the_runtime() -> None:
     reqs = [GenerationRequest([5 + i, 9, 12, 40], max_new_tokens=12, seed=i, index=i) for i in range(3)]
     reqs.append(GenerationRequest([7, 7, 30], max_new_tokens=6, index=3, stop_token_ids=[], min_new_tokens=6))
