@@ -9,7 +9,8 @@ some Optuna point has accuracy at least the grid point's 95% CI lower bound (Wil
 OUT` draws them side by side.
 
     .venv/bin/python benchmarks/bench_optuna_vs_grid.py --router PATH [--grid 0.1,0.2,...] [--trials 6]
-        [--out runs/optuna_vs_grid] [--tolerance 0.1]     (a sweep whose results.csv exists is reused)
+        [--out runs/optuna_vs_grid] [--tolerance 0.1] [--optuna OVERRIDE...]
+    (a sweep whose results.csv exists is reused, so a second search can be compared with the same grid)
 
 PATH: the pair's R2R router (`tokenrouter demo` prints it; or `tokenrouter train-router --algorithm r2r`).
 """
@@ -63,12 +64,14 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=6)
     p.add_argument("--out", type=Path, default=Path("runs/optuna_vs_grid"))
     p.add_argument("--tolerance", type=float, default=0.1)
+    p.add_argument("--optuna", nargs="*", default=[], metavar="OVERRIDE",
+                   help="more overrides for the search, e.g. hydra.sweeper.sampler.population_size=4")
     args = p.parse_args()
     lo, hi = min(map(float, args.grid.split(","))), max(map(float, args.grid.split(",")))
     sweep(args.out / "grid", args.router, [f"algorithm.threshold={args.grid}"])
     sweep(args.out / "optuna", args.router, ["hydra/sweeper=optuna_pareto", "objective=[accuracy,throughput_tok_s]",
                                              f"algorithm.threshold=interval({lo},{hi})",
-                                             f"hydra.sweeper.n_trials={args.trials}"])
+                                             f"hydra.sweeper.n_trials={args.trials}", *args.optuna])
     grid, found = points(args.out / "grid"), points(args.out / "optuna")
     pd.set_option("display.width", 160)
     print(f"grid ({len(grid)} runs):\n{grid.to_string(index=False)}\n")

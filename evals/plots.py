@@ -67,10 +67,18 @@ AXES = {PER_REQUEST: "per-request throughput (output tok/s, mean over requests)"
 
 
 def point_label(setting: str) -> str:
-    """The swept value a point is labelled with: `threshold=0.5` -> `0.5` (single models: none)."""
+    """The swept value a point is labelled with: `threshold=0.5` -> `0.5`, a searched
+    `threshold=0.8134184006256638` -> `0.813` (single models: none)."""
     if setting.startswith("model="):
         return ""
-    return ",".join(part.split("=", 1)[-1] for part in setting.split(","))
+    return ",".join(_short(part.split("=", 1)[-1]) for part in setting.split(","))
+
+
+def _short(value: str) -> str:
+    try:
+        return f"{float(value):.3g}" if "." in value else value
+    except ValueError:
+        return value
 
 
 def pareto_plot(df: pd.DataFrame, out: Path) -> list[Path]:

@@ -45,3 +45,4 @@ def test_breakdown_and_side_by_side(tmp_path: Path) -> None:
     assert cost.loc["sglang", "inference %"] == pytest.approx(10.0)
     assert pd.isna(cost.loc["sglang", "server other"]) and cost.loc["tokenrouter", "server other"] == 6.0
     assert cost.loc["sglang (paper, GPU)", "step ms"] == 37.2
+

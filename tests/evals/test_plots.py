@@ -48,3 +48,11 @@ def test_a_search_gets_its_own_frontier_next_to_the_grids(tmp_path) -> None:
     table = pd.read_csv(tmp_path / "pareto_amc23.csv")
     assert sorted(table["series"]) == ["tokenrouter (r2r) · grid"] * 3 + ["tokenrouter (r2r) · optuna_pareto search"] * 2
     assert list(series_across_setups(df.assign(sweeper="basic"))) == ["tokenrouter (r2r)"] * 5  # grids only
+
+
+def test_point_labels_are_short() -> None:
+    from evals.plots import point_label
+
+    assert point_label("threshold=0.8134184006256638") == "0.813"
+    assert point_label("threshold=0.5") == "0.5" and point_label("tau=0.003,n=8") == "0.003,8"
+    assert point_label("model=large") == "" and point_label("router=random") == "random"
