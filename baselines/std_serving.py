@@ -157,12 +157,23 @@ class _ModelInfo:
         return self.spec.sim.vocab_size if self.spec.engine == "sim" else int(self._hf_config().vocab_size)
 
     def _load(self) -> None:
-        """The input embedding and output head, kept; the rest of the model is dropped."""
-        if self._embeddings is None:
-            from tokenrouter.engine.loader import load_model
+        """The input embedding and output head, and nothing else: read as two tensors from a local
+        checkpoint's safetensors (a 32B model's head is 1.5 GB, the model 64 GB), else from the loaded model."""
+        if self._embeddings is not None:
+            return
+        from tokenrouter.engine.loader import load_model, torch_dtype
 
+        embed = _safetensor(self.spec.source, "model.embed_tokens.weight")
+        head = embed if getattr(self._hf_config(), "tie_word_embeddings", False) else \
+            _safetensor(self.spec.source, "lm_head.weight")
+        if embed is None or head is None:
             model = load_model(self.spec.source, self.spec.dtype, "cpu")
             self._embeddings, self._head = model.get_input_embeddings(), model.get_output_embeddings()
+            return
+        dtype = torch_dtype(self.spec.dtype)
+        self._embeddings = torch.nn.Embedding.from_pretrained(embed.to(dtype))
+        self._head = torch.nn.Linear(head.shape[1], head.shape[0], bias=False, dtype=dtype)
+        self._head.weight = torch.nn.Parameter(head.to(dtype), requires_grad=False)
 
     def input_embeddings(self) -> torch.nn.Embedding | None:
         if self.spec.engine == "sim":
@@ -387,6 +398,22 @@ def _breakdown(t: _Timing, server: dict[str, float] | None) -> dict[str, float] 
             # what the scheduler loop does not account for: tokenizer manager, detokenizer, their ZMQ IPC, queueing
             out["sglang_tokenizer_ipc"] = out["server_bookkeeping"] - out["sglang_scheduler"]
     return out
+
+
+def _safetensor(source: str, name: str) -> torch.Tensor | None:
+    """One tensor of a local safetensors checkpoint, or None (not local, not safetensors, not there)."""
+    from safetensors import safe_open
+
+    from tokenrouter.engine.loader import resolve_source
+
+    src = resolve_source(source)
+    if not src.is_local or src.gguf_file:
+        return None
+    for path in sorted(Path(src.location).glob("*.safetensors")):
+        with safe_open(str(path), framework="pt") as f:
+            if name in f.keys():  # noqa: SIM118 - safe_open has keys(), not __contains__
+                return f.get_tensor(name)
+    return None
 
 
 def _last_row(values: Any) -> torch.Tensor | None:

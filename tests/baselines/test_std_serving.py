@@ -145,3 +145,23 @@ def test_a_server_that_cannot_start_is_a_clear_error_and_leaves_nothing() -> Non
     with pytest.raises(UserError, match=r"server for model 'large' exited with code 1: .*vocab_size >= 3"):
         asyncio.run(std.start())
     assert _children() <= before and std.servers == [] and std._dir is None
+
+
+def test_dispatcher_reads_only_the_embedding_and_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For SGLang servers the dispatcher turns returned hidden states into logits: with the model's own head,
+    read as tensors from its safetensors (never the whole model: a 32B model's head is 1.5 GB of 64)."""
+    import torch
+
+    from baselines import std_serving
+    from tokenrouter.engine import loader
+
+    for source in ("tiny:small", "tiny-random:large"):
+        model = loader.load_model(source, "float32", "cpu")
+        hidden = torch.randn(2, model.config.hidden_size)
+        spec = model_specs({"members": [{"name": "m", "source": source}]})[0]
+        with monkeypatch.context() as m:
+            m.setattr(loader, "load_model", lambda *a, **k: pytest.fail("the whole model was loaded"))
+            info = std_serving._ModelInfo(spec)
+            got, emb = info.logits(hidden), info.input_embeddings()
+        assert torch.allclose(got, model.lm_head(hidden).float(), atol=1e-6)
+        assert torch.equal(emb.weight, model.get_input_embeddings().weight)
