@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from baselines.model_servers import ModelServer, launch_sglang, launch_tokenrouter
+from baselines.model_servers import KINDS, ModelServer, launch_sglang, launch_tokenrouter
 from baselines.sglang_server import SGLangServerOptions, scheduler_stages
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import SamplingParams
@@ -27,7 +27,6 @@ from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir, remove_dir
 from tokenrouter.system import ServingSystem
 
-SERVERS = ("tokenrouter", "sglang")
 _FINISH = {"stop": "stop", "length": "length"}  # SGLang meta_info.finish_reason.type -> ours ("abort": error)
 
 
@@ -57,13 +56,14 @@ async def stop_servers(client: httpx.AsyncClient | None, servers: list[ModelServ
     remove_dir(workdir)
 
 
-def server_error(model: str, resp: httpx.Response) -> Exception:
-    """One line naming the model and what its server said; a 4xx is the request's fault (UserError)."""
+def server_error(model: str, resp: httpx.Response, where: str = "") -> Exception:
+    """One line (after `where`, e.g. "std_serving: ") naming the model and what its server said; a 4xx is the
+    request's fault (UserError)."""
     try:
         message = resp.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = resp.text[:300]
-    text = f"model {model!r} server answered {resp.status_code}: {message}"
+    text = f"{where}model {model!r} server answered {resp.status_code}: {message}"
     return UserError(text) if 400 <= resp.status_code < 500 else RuntimeError(text)
 
 
@@ -105,8 +105,8 @@ class HttpModelSystem(ServingSystem):
 
     def __init__(self, spec: ModelSpec, runtime: RuntimeConfig, seed: int = 0, server: str = "sglang",
                  sglang: SGLangServerOptions | None = None, request_timeout_s: float = 600.0) -> None:
-        if server not in SERVERS:
-            raise UserError(f"server must be one of {SERVERS}, got {server!r}")
+        if server not in KINDS:
+            raise UserError(f"server must be one of {KINDS}, got {server!r}")
         self.spec, self.runtime, self.seed, self.kind = spec, runtime, seed, server
         self.model_names = [spec.name]
         self.sglang = sglang or SGLangServerOptions()

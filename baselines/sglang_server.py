@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenrouter.config import ModelSpec
+from tokenrouter.engine.sglang_engine import CPU_SHIM, SGLANG_VERSION
 from tokenrouter.errors import UserError
 
-SGLANG_VERSION = "0.5.23"
 _ROOT = Path(__file__).resolve().parents[1]
-_SHIM = _ROOT / "tokenrouter" / "engine" / "_sglang_cpu_shim"
 PYTHON_ENV = "TOKENROUTER_SGLANG_PYTHON"
 
 
@@ -88,7 +87,7 @@ def sglang_command(spec: ModelSpec, model_path: str, port: int, seed: int, hidde
     env.pop("PYTHONPATH", None)  # our venv's path must not leak into SGLang's
     if on_cpu:
         cmd += ["--device", "cpu", "--attention-backend", "torch_native"]
-        env["PYTHONPATH"] = str(_SHIM)  # SGLang's CPU rotary path imports vllm._custom_ops (never called)
+        env["PYTHONPATH"] = str(CPU_SHIM)  # SGLang's CPU rotary path imports vllm._custom_ops (never called)
         if spec.threads:
             env["OMP_NUM_THREADS"] = str(spec.threads)
     elif not spec.cuda_graph:

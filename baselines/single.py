@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from baselines.http_model import SERVERS, HttpModelSystem
+from baselines.http_model import HttpModelSystem
+from baselines.model_servers import KINDS
 from baselines.sglang_server import SGLangServerOptions
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
@@ -28,8 +29,8 @@ def single_model_system(spec: ModelSpec, runtime: RuntimeConfig) -> ServingSyste
 def model_system(spec: ModelSpec, runtime: RuntimeConfig, seed: int, server: str = "tokenrouter",
                  sglang: SGLangServerOptions | None = None) -> ServingSystem:
     """One model served whole: on our runtime (`tokenrouter`) or on a real SGLang server (`sglang`)."""
-    if server not in SERVERS:
-        raise UserError(f"system: server must be one of {SERVERS}, got {server!r}")
+    if server not in KINDS:
+        raise UserError(f"system: server must be one of {KINDS}, got {server!r}")
     if server == "sglang":
         return HttpModelSystem(spec, runtime, seed, "sglang", sglang)
     return single_model_system(spec, runtime)

@@ -33,7 +33,6 @@ import httpx
 import torch
 
 from baselines.http_model import (
-    SERVERS,
     generate_body,
     http_client,
     server_eos_ids,
@@ -42,7 +41,7 @@ from baselines.http_model import (
     start_server,
     stop_servers,
 )
-from baselines.model_servers import ModelServer
+from baselines.model_servers import KINDS, ModelServer
 from baselines.sglang_server import SGLangServerOptions
 from tokenrouter import handoff
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
@@ -65,8 +64,8 @@ class StdServingOptions:
     sglang: SGLangServerOptions = field(default_factory=SGLangServerOptions)
 
     def __post_init__(self) -> None:
-        if self.server not in SERVERS:
-            raise UserError(f"system std_serving: server must be one of {SERVERS}, got {self.server!r}")
+        if self.server not in KINDS:
+            raise UserError(f"system std_serving: server must be one of {KINDS}, got {self.server!r}")
         if not isinstance(self.sglang, SGLangServerOptions):
             self.sglang = SGLangServerOptions.from_dict(self.sglang, "system std_serving")
         if self.prefix_cache_tokens < 0:
@@ -207,6 +206,9 @@ class StdServingSystem(ServingSystem):
         self.want_logits, self.want_hidden = self.opts.outputs(algorithm.name)
         # An SGLang server returns hidden states but no logits: the dispatcher applies the model's output head
         self.logits_from_hidden = self.opts.server == "sglang" and self.want_logits
+        # what each server is asked to return with its token
+        self.ask_logits = self.want_logits and not self.logits_from_hidden
+        self.ask_hidden = self.want_hidden or self.logits_from_hidden
         self.infos: list[_ModelInfo] = []
         self.algorithms: list[RoutingAlgorithm] = []
         self.servers: list[ModelServer] = []
@@ -230,9 +232,8 @@ class StdServingSystem(ServingSystem):
         self._dir = private_dir()
         timeout = self.opts.startup_timeout_s
         try:
-            hidden = self.want_hidden or self.logits_from_hidden
             launches = [start_server(self.opts.server, s, self.runtime, self.seed, self._dir, i, self.opts.sglang,
-                                     hidden, timeout) for i, s in enumerate(self.specs)]
+                                     self.ask_hidden, timeout) for i, s in enumerate(self.specs)]
             started = await asyncio.gather(*launches, return_exceptions=True)
             self.servers = [s for s in started if isinstance(s, ModelServer)]
             failed = [e for e in started if isinstance(e, BaseException)]
@@ -311,21 +312,21 @@ class StdServingSystem(ServingSystem):
         assert self._client is not None
         # min_tokens: while the request is short of them, this one token may not be a stop token
         body = generate_body(view.tokens, view.sampling, 1, stop, int(view.position < view.min_new_tokens))
-        if self.want_logits and not self.logits_from_hidden:
+        if self.ask_logits:
             body["return_logits"] = True
-        if self.want_hidden or self.logits_from_hidden:
+        if self.ask_hidden:
             body["return_hidden_states"] = True
         t0 = time.perf_counter()
         resp = await self._client.post(f"{self.servers[model].url}/generate", json=body)
         if resp.status_code != 200:
-            raise server_error(f"std_serving: {self.model_names[model]}", resp)
+            raise server_error(self.model_names[model], resp, "std_serving: ")
         out = resp.json()
         http_s = time.perf_counter() - t0
         meta = out.get("meta_info") or {}
         return _Step(
             token=int(out["output_ids"][-1]),
-            logits=_last_row(meta.get("logits")) if self.want_logits and not self.logits_from_hidden else None,
-            hidden=_last_row(meta.get("hidden_states")) if self.want_hidden or self.logits_from_hidden else None,
+            logits=_last_row(meta.get("logits")) if self.ask_logits else None,
+            hidden=_last_row(meta.get("hidden_states")) if self.ask_hidden else None,
             http_s=http_s,
             server_s=float(meta.get("e2e_latency") or 0.0),
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from evals import paper
-from evals.runs_table import THROUGHPUT, has, select, series_label
+from evals.runs_table import THROUGHPUT, has, select, series_label, server_of
 from evals.store import load_requests
 from evals.tables import write_table
 
@@ -43,11 +43,6 @@ def same_outputs(run_dir: str, other_dir: str) -> str:
     b = load_requests(other_dir).set_index("index")["output_ids"]
     shared = a.index.intersection(b.index)
     return f"{sum(list(a[i]) == list(b[i]) for i in shared)}/{len(shared)}"
-
-
-def server_of(row: pd.Series) -> str:
-    server = row.get("server")
-    return "sglang" if server == "sglang" else "tokenrouter"
 
 
 def breakdown_rows(df: pd.DataFrame) -> list[dict[str, object]]:

@@ -34,10 +34,15 @@ def has(df: pd.DataFrame, *columns: str) -> pd.DataFrame:
     return df.dropna(subset=list(columns))
 
 
+def server_of(row: pd.Series) -> str:
+    """Where a run's models were served: "sglang" (real SGLang servers) or "tokenrouter" (ours)."""
+    return "sglang" if row.get("server") == "sglang" else "tokenrouter"
+
+
 def series_label(row: pd.Series) -> str:
     """How a run is named in legends: the system, plus the algorithm or single model that sets it apart."""
     system = str(row.get("system"))
-    where = " on SGLang" if row.get("server") == "sglang" else ""
+    where = " on SGLang" if server_of(row) == "sglang" else ""
     if system == "single":
         return f"{row.get('system_model')}-only{where}"
     if system == "query_routing":

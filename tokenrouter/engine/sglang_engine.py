@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from tokenrouter.engine.base import StepOutputs
 
 SGLANG_VERSION = "0.5.23"
-_SHIM = Path(__file__).with_name("_sglang_cpu_shim")
+CPU_SHIM = Path(__file__).with_name("_sglang_cpu_shim")  # also put on SGLang servers' path
 _state: dict[str, Any] = {"parallel_ready": False, "live": None}
 
 
@@ -49,8 +49,8 @@ class _BatchView:
 
 def _import_sglang(device: str) -> None:
     """Import SGLang, or say in one line how to get it. On CPU, put our vLLM import stand-in on the path."""
-    if device == "cpu" and importlib.util.find_spec("vllm") is None and str(_SHIM) not in sys.path:
-        sys.path.append(str(_SHIM))
+    if device == "cpu" and importlib.util.find_spec("vllm") is None and str(CPU_SHIM) not in sys.path:
+        sys.path.append(str(CPU_SHIM))
     try:
         import sglang
     except ImportError:
