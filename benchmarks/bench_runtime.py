@@ -1,15 +1,19 @@
 """Runtime figures: per-iteration scheduler + IPC overhead, hand-off round trip, threshold validation.
 
   .venv/bin/python benchmarks/bench_runtime.py                 # everything (~4 min)
-  .venv/bin/python benchmarks/bench_runtime.py overhead handoff
+  .venv/bin/python benchmarks/bench_runtime.py overhead loop handoff
   .venv/bin/python benchmarks/bench_runtime.py thresholds --window 20
 
 overhead:   zero-latency sim engine, one model (`stay`): the subserver's own loop time per iteration minus
             the engine step (median, measured inside the subserver: drain, schedule, route, encode, send),
             and the end-to-end token rate at the client (front end included). Goal <= 100 us.
+loop:       the hand-off round trip's own CPU cost: the two subservers of `handoff` in this one process over
+            real direct links, iterating in turn (a subserver with nothing to do polls once more, where a
+            blocked one would wake): no wake-ups, no scheduling, no other process. The floor `handoff` stands on.
 handoff:    two zero-latency sim engines, bernoulli route_prob=1: every token is small step -> hand-off ->
             large step (commit) -> hand-off back, so the median gap between streamed tokens is one hand-off
-            round trip (two engine iterations included). Goal <= 300 us.
+            round trip (two engine iterations included), for each `--links` x `--spin-us` setting in
+            alternating rounds. Goal <= 150 us idle, <= 250 us with `--burn`.
 thresholds: the paper's validation setting (sim 6.0 / 27.9 ms, bernoulli 0.35, thresholds [1, B1], N closed-loop
             requests that never finish inside the window, max-wait disabled): measured committed tokens / s
             next to the throughput model's prediction (tokenrouter.perfmodel), at the nominal latencies and
@@ -25,11 +29,22 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import asdict
 
+import zmq
+
+from tokenrouter.api import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
+from tokenrouter.engine.base import SamplingParams
+from tokenrouter.engine.sim import SimEngine
 from tokenrouter.generation import GenerationRequest
+from tokenrouter.runtime import unix_link
 from tokenrouter.runtime.frontend import TokenRouterFrontend
+from tokenrouter.runtime.ipc import bind_inbox
+from tokenrouter.runtime.messages import Peers, RequestMeta, Submit
+from tokenrouter.runtime.subserver import Subserver, SubserverConfig
 from tokenrouter.runtime.threshold_planner import auto_table
 from tokenrouter.runtime.thresholds import ThresholdTable
 
@@ -70,23 +85,76 @@ async def overhead(tokens: int) -> None:
                   f"at the client ({elapsed * 1e6 / tokens:.1f} us per iteration of a request)")
 
 
-async def handoff(tokens: int, rounds: int) -> None:
-    """Both peer links (runtime.peer_link direct | zmq) in alternating rounds of one run, so load changes on a
-    shared machine hit both alike; the ratio is the figure to quote."""
+def _loop_cost_us(tokens: int) -> float:
+    """Microseconds of this process's time per round trip of `loop` (after 100 tokens of warm-up)."""
+    models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
+    params = {"route_prob": 1.0}
+    where = tempfile.mkdtemp(prefix="tokenrouter-loop-")
+    ctx = zmq.Context()
+    front = unix_link.Listener(unix_link.frontend_path(where))
+    rt = asdict(RuntimeConfig(thresholds=[1, 1], peer_link="direct"))
+    subs: list[Subserver] = []
+    for i, m in enumerate(models):
+        cfg = SubserverConfig(i, [x.to_dict() for x in models], "bernoulli", params, rt, "", "ipc", where)
+        inbox, _ = bind_inbox(ctx, "ipc", where, f"model{i}")
+        algo = build_algorithm("bernoulli", i, [x.name for x in models], params)
+        subs.append(Subserver(cfg, SimEngine.from_spec(m), algo, ctx, inbox,
+                              unix_link.connect(unix_link.frontend_path(where)),
+                              unix_link.Listener(unix_link.peer_path(where, i))))
+        subs[-1].listen()
+    reports = front.accept()
+    for sub in subs:
+        sub.handle(Peers(["", ""]))
+    subs[0].handle(Submit("r", [1, 2, 3], RequestMeta(tokens + 200, SamplingParams(), 7, [])))
+    large = subs[1].counters  # every token is committed by the large model
+    rounds, start, got0 = 0, 0.0, 0
+    while large.committed < tokens + 100:
+        for sub in subs:
+            if sub.busy() or sub.wait(0):
+                sub.iterate(block=False)
+        rounds += 1
+        if rounds % 64 == 0:  # keep the reports' socket buffers from filling (the front end's reads are not timed)
+            for link in reports:
+                link.recv_frames()
+        if not start and large.committed >= 100:
+            start, got0 = time.perf_counter(), large.committed
+    elapsed = time.perf_counter() - start
+    for sub in subs:
+        for link in (*sub.peers.values(), *sub.links_in, sub.to_frontend):
+            link.close()
+        sub.listener.close()
+        sub.inbox.close(linger=0)
+    front.close()
+    ctx.term()
+    return elapsed / (large.committed - got0) * 1e6
+
+
+def loop(tokens: int) -> None:
+    print("== hand-off round trip, loop CPU only (both subservers in one process, zero-latency sims) ==")
+    costs = sorted(_loop_cost_us(tokens) for _ in range(5))
+    print(f"loop cost per round trip: min {costs[0]:.1f} us, median {statistics.median(costs):.1f} us of 5 runs "
+          f"(other tenants only add to it; load average {os.getloadavg()[0]:.1f})")
+
+
+async def handoff(tokens: int, rounds: int, links: list[str], spins: list[float]) -> None:
+    """Every (peer link, spin) setting in alternating rounds of one run, so load changes on a shared machine
+    hit all alike; the ratios to the first setting are the figures to quote."""
     print("== hand-off round trip (zero-latency sims, route_prob=1: small -> large -> small per token) ==")
     models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
     algo = AlgorithmSpec("bernoulli", {"route_prob": 1.0})
-    gaps: dict[str, list[float]] = {"direct": [], "zmq": []}
+    gaps: dict[tuple[str, float], list[float]] = {(link, spin): [] for link in links for spin in spins}
     for _ in range(rounds):
-        for link in gaps:
-            async with TokenRouterFrontend(models, algo, RuntimeConfig(thresholds=[1, 1], peer_link=link)) as fe:
+        for link, spin in gaps:
+            rt = RuntimeConfig(thresholds=[1, 1], peer_link=link, spin_us=spin)
+            async with TokenRouterFrontend(models, algo, rt) as fe:
                 await _token_gaps_us(fe, 500, 1)
-                gaps[link] += await _token_gaps_us(fe, tokens // rounds, 1)
-    for link, g in gaps.items():
-        print(f"peer_link={link}: round trip median {statistics.median(g):.1f} us "
-              f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}) over {len(g)} tokens")
-    ratio = statistics.median(gaps["zmq"]) / statistics.median(gaps["direct"])
-    print(f"zmq / direct median ratio {ratio:.2f}x (load average {os.getloadavg()[0]:.1f})")
+                gaps[link, spin] += await _token_gaps_us(fe, tokens // rounds, 1)
+    first = statistics.median(next(iter(gaps.values())))
+    for (link, spin), g in gaps.items():
+        median = statistics.median(g)
+        print(f"peer_link={link} spin_us={spin:g}: round trip median {median:.1f} us "
+              f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}) over {len(g)} tokens, {first / median:.2f}x the first")
+    print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 class Burner:
@@ -189,17 +257,19 @@ async def thresholds(window_s: float, warmup_s: float, ns: list[int]) -> None:
             print(f"   N={n}: best measured B1={best_m}, best predicted B1={best_p}{auto}", flush=True)
 
 
-SECTIONS = ("overhead", "handoff", "thresholds")
+SECTIONS = ("overhead", "loop", "handoff", "thresholds")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sections", nargs="*", metavar="{overhead,handoff,thresholds}",
+    ap.add_argument("sections", nargs="*", metavar="{overhead,loop,handoff,thresholds}",
                     help="which figures (default: all)")
-    ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / handoff")
+    ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / loop / handoff")
     ap.add_argument("--window", type=float, default=20.0, help="measurement window per threshold setting (s)")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=4, help="handoff: alternating direct / zmq rounds")
+    ap.add_argument("--links", default="direct,zmq", help="handoff: runtime.peer_link settings to alternate")
+    ap.add_argument("--spin-us", default="0", help="handoff: runtime.spin_us settings to alternate, e.g. 0,1000")
     ap.add_argument("--burn", action="store_true", help="run one CPU-bound background process meanwhile")
     ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4], help="concurrency levels to validate")
     args = ap.parse_args()
@@ -209,8 +279,11 @@ def main() -> None:
     with Burner(args.burn):
         if "overhead" in args.sections:
             asyncio.run(overhead(args.tokens))
+        if "loop" in args.sections:
+            loop(args.tokens)
         if "handoff" in args.sections:
-            asyncio.run(handoff(args.tokens, args.rounds))
+            asyncio.run(handoff(args.tokens, args.rounds, args.links.split(","),
+                                [float(x) for x in args.spin_us.split(",")]))
         if "thresholds" in args.sections:
             asyncio.run(thresholds(args.window, args.warmup, args.n))
 

@@ -12,6 +12,7 @@ from tokenrouter.api import (
 )
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs
 from tokenrouter.errors import UserError
+from tokenrouter.runtime.messages import PeerMessage, decode, encode
 
 
 def test_stable_uniform_is_deterministic_and_spread() -> None:
@@ -24,7 +25,8 @@ def test_stable_uniform_is_deterministic_and_spread() -> None:
 
 def test_peer_request_round_trips_through_wire_format() -> None:
     msg = PeerRequest("r1", 5, [1, 2, 3], 4, finished=True, fields={"x": 1})
-    assert PeerRequest.from_wire(msg.to_wire()) == msg
+    [back] = decode(encode([PeerMessage(msg, sender=0, handoffs=1)]))
+    assert back.msg == msg
 
 
 def test_send_carries_only_unseen_suffix_and_receive_merges_at_anchor() -> None:
@@ -78,7 +80,8 @@ def test_config_validation_names_the_bad_field() -> None:
         RuntimeConfig.from_dict({"max_wait": 1})
     for bad, match in (({"max_wait_ms": -5}, "max_wait_ms must be a number > 0"),
                        ({"max_batch_size": 0}, "max_batch_size must be an integer >= 1"),
-                       ({"max_step_tokens": "lots"}, "max_step_tokens"), ({"ipc": "udp"}, "runtime.ipc")):
+                       ({"max_step_tokens": "lots"}, "max_step_tokens"), ({"ipc": "udp"}, "runtime.ipc"),
+                       ({"spin_us": -1}, "spin_us must be a number >= 0"), ({"spin_us": True}, "spin_us")):
         with pytest.raises(UserError, match=match):
             RuntimeConfig.from_dict(bad)
     assert RuntimeConfig.from_dict({"max_wait_ms": 1e9, "ipc": "tcp"}).max_wait_ms == 1e9

@@ -93,20 +93,6 @@ class PeerRequest:
     finished: bool = False
     fields: dict[str, Any] = field(default_factory=dict)
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "rid": self.rid,
-            "loc": self.loc,
-            "ids": self.token_ids,
-            "plen": self.prompt_len,
-            "fin": self.finished,
-            "f": self.fields,
-        }
-
-    @classmethod
-    def from_wire(cls, d: dict[str, Any]) -> PeerRequest:
-        return cls(d["rid"], d["loc"], list(d["ids"]), d["plen"], d["fin"], dict(d["f"]))
-
 
 RatesSource = Literal["preset", "measured"]
 

@@ -141,6 +141,10 @@ class RuntimeConfig:
     # per message instead of three; opt-in until it is shown to pay end to end); tcp mode always uses CURVE zmq
     peer_link: str = "zmq"
     host: str = "127.0.0.1"
+    # a subserver with nothing to do polls without sleeping for up to this long before it blocks: a frame that
+    # arrives meanwhile costs no wake-up of a sleeping process (tens of us per hop on a VM), at the price of a
+    # core kept busy that long per idle spell (SGLang's scheduler spins by default; 0 = block at once)
+    spin_us: float = 0.0
     # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
     startup_timeout_s: float = 600.0
 
@@ -156,6 +160,8 @@ class RuntimeConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise UserError(f"runtime.{name} must be a number > 0, got {value!r}")
+        if isinstance(self.spin_us, bool) or not isinstance(self.spin_us, int | float) or not self.spin_us >= 0:
+            raise UserError(f"runtime.spin_us must be a number >= 0, got {self.spin_us!r}")
         if self.policy not in ("thresholds", "optimal"):
             raise UserError(f"runtime.policy must be 'thresholds' or 'optimal', got {self.policy!r}")
         if self.ipc not in ("ipc", "tcp"):

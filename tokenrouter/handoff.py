@@ -13,16 +13,15 @@ Pure: no engines, sockets or clocks. These functions only call the algorithm's `
 from __future__ import annotations
 
 from collections.abc import Container
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.finish import finish_reason
 
 
-@dataclass(frozen=True)
-class Settled:
-    """What a step's sampled token did to one request (see `settle()`)."""
+class Settled(NamedTuple):
+    """What a step's sampled token did to one request (see `settle()`). A tuple: built once per request-step."""
 
     committed: bool  # the token was appended to the request's output (stream it, count it)
     finish: str  # "" while running, else the finish reason ("stop" | "length")
@@ -50,8 +49,7 @@ def seen_through(msg: PeerRequest, req: RouterRequest) -> int:
     return min(msg.loc + len(msg.token_ids), req.seq_len)
 
 
-@dataclass(frozen=True)
-class Outgoing:
+class Outgoing(NamedTuple):
     """A hand-off message and whether the sender has never sent this request to that peer (the peer then
     needs the request's settings, which the message itself does not carry)."""
 

@@ -43,7 +43,7 @@ def fes():
         "single": ([LARGE], AlgorithmSpec("stay"), RuntimeConfig()),
         "ens3": ([SMALL, MID, LARGE], ENSEMBLE, RuntimeConfig(thresholds=[1, 2, 2], max_wait_ms=20.0)),
         "ens3_direct": ([SMALL, MID, LARGE], ENSEMBLE, RuntimeConfig(thresholds=[1, 2, 2], max_wait_ms=20.0,
-                                                                      peer_link="direct")),
+                                                                      peer_link="direct", spin_us=300.0)),
     })
     yield f
     f.close()
@@ -109,7 +109,8 @@ def test_mixed_routing_is_identical_across_runs_and_concurrency(fes) -> None:
 
 
 def test_direct_links_give_the_zmq_links_outputs(fes) -> None:
-    """runtime.peer_link=direct (AF_UNIX links for every runtime hop) is a transport, not a behaviour."""
+    """runtime.peer_link=direct (AF_UNIX links for every runtime hop) is a transport and spin_us a way of
+    waiting, neither a behaviour."""
     zmq_path = fes.run(fes.fe["ens3"].generate_many(_reqs()))
     direct = fes.run(fes.fe["ens3_direct"].generate_many(_reqs()))
     assert [(r.output_ids, r.tokens_per_model, r.handoffs) for r in direct] == \

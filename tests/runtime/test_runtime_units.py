@@ -8,6 +8,7 @@ from tokenrouter.api import PeerRequest, RouterRequest
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.runtime.messages import (
+    Abort,
     Active,
     PeerMessage,
     Report,
@@ -29,11 +30,13 @@ def test_messages_round_trip_in_one_frame() -> None:
         Active(3, [1, 2], [0b1010, 0b1100]),
         PeerMessage(PeerRequest("r1", 2, [3, 4], 2, fields={"x": 1.5}), 0, 7, META),
         PeerMessage(PeerRequest("r1", 0, [], 2, finished=True), 1, 8),
-        Report(1, [["r1", 0, [5]]], [["r1", "stop", 1, 8]], [], {"routes": {0: 1}}),
+        Report(1, [("r1", 0, [5])], [("r1", "stop", 1, 8)], [], {"routes": {0: 1}}),
     ]
     assert decode(encode(msgs)) == msgs
     with pytest.raises(ValueError, match="malformed"):
         decode(b"\x93\x01\x02")
+    with pytest.raises(ValueError, match="malformed"):  # a well-formed frame with a field of the wrong type
+        decode(encode([Abort("r1")]).replace(b"\xa2r1", b"\x2a"))  # rid 42
 
 
 def test_thresholds_are_clipped_to_be_feasible_for_every_n() -> None:

@@ -141,19 +141,26 @@ class Subserver:
         self._stats_dirty = False
         self._stats_sent = 0.0
         self._outbox: dict[int, list[Message]] = {}
+        self._events: dict[Any, int] | None = None  # what the last poll reported (None: look at every source)
+        self.spin_s = rt.spin_us / 1e6
         self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
 
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
-    def drain(self) -> None:
-        """Every frame waiting on the front end's zmq inbox and on the peers' direct links."""
-        while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self.on_frame(self.inbox.recv(zmq.NOBLOCK))
-        if self.listener is not None:
+    def drain(self, events: dict[Any, int] | None) -> None:
+        """The frames waiting on the sources `events` (a poll's result) names: the front end's zmq inbox, the
+        listener, the peers' direct links; every source when None. Reading only what poll reported saves a
+        syscall and an EAGAIN per idle source per iteration, on the path of every hand-off."""
+        if events is None or self.inbox in events:
+            while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                self.on_frame(self.inbox.recv(zmq.NOBLOCK))
+        if self.listener is not None and (events is None or self.listener.fileno() in events):
             for link in self.listener.accept():
                 self.links_in.append(link)
                 self.poller.register(link.fileno(), zmq.POLLIN)
         for link in list(self.links_in):
+            if events is not None and link.fileno() not in events:
+                continue
             try:
                 frames = link.recv_frames()
             except LinkClosed:  # a peer exited (its death is the front end's to report)
@@ -236,20 +243,21 @@ class Subserver:
 
     # ---- stage 2: schedule and step ------------------------------------------------------------------------
 
-    def input_ids(self, e: Entry) -> list[int]:
-        """tokens[kv_len:]: decode = 1 token, prefill = prompt, extend = the suffix missed while away."""
+    def input_ids(self, e: Entry, kv: int) -> list[int]:
+        """tokens[kv:] for a request whose KV here holds `kv` tokens: decode = 1 token, prefill = prompt,
+        extend = the suffix missed while away."""
         req = e.req
-        kv = self.engine.seq_len(req.rid)
-        start = handoff.step_start(kv, req.seq_len)
+        plen = len(req.prompt_ids)
+        start = handoff.step_start(kv, plen + len(req.output_ids))
         if start < kv:
             self.engine.truncate(req.rid, start)
-        plen = len(req.prompt_ids)
         return req.output_ids[start - plen:] if start >= plen else req.tokens[start:]
 
     def run_batch(self, batch: list[Entry]) -> None:
-        items = [StepItem(e.req.rid, self.input_ids(e), e.req.sampling, len(e.req.prompt_ids),
-                          banned_ids(e.req.position, e.req.min_new_tokens, e.stop_ids)) for e in batch]
         kv_before = [self.engine.seq_len(e.req.rid) for e in batch]
+        items = [StepItem(e.req.rid, self.input_ids(e, kv), e.req.sampling, len(e.req.prompt_ids),
+                          banned_ids(len(e.req.output_ids), e.req.min_new_tokens, e.stop_ids))
+                 for e, kv in zip(batch, kv_before, strict=True)]
         t0 = time.perf_counter()
         self.counters.wait_s += sum(t0 - e.since for e in batch)
         try:
@@ -343,17 +351,8 @@ class Subserver:
     # ---- stage 3: send -------------------------------------------------------------------------------------
 
     def flush(self, now: float) -> None:
-        waiting: dict[int, list[Message]] = {}
-        for peer, msgs in self._outbox.items():
-            link = self.peers.get(peer)
-            if link is None:  # a peer's hand-off can overtake the front end's Peers message (another
-                waiting[peer] = msgs  # connection): answer it once Peers is here, which wakes this loop
-                continue
-            try:
-                link.send(encode(msgs))
-            except LinkClosed:  # the peer is gone; the front end sees it die and fails its requests
-                pass
-        self._outbox = waiting
+        if self._outbox:
+            self.flush_peers()
         r = self._report
         if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
             r.stats = asdict(self.counters.snapshot(now, self.sched.occupancy()))
@@ -365,6 +364,20 @@ class Subserver:
             except LinkClosed:  # the front end is gone: nobody to serve
                 self.stopping = True
             self._report = Report(self.index)
+
+    def flush_peers(self) -> None:
+        """Hand-offs and releases first: they are on the critical path of the requests' next tokens."""
+        waiting: dict[int, list[Message]] = {}
+        for peer, msgs in self._outbox.items():
+            link = self.peers.get(peer)
+            if link is None:  # a peer's hand-off can overtake the front end's Peers message (another
+                waiting[peer] = msgs  # connection): answer it once Peers is here, which wakes this loop
+                continue
+            try:
+                link.send(encode(msgs))
+            except LinkClosed:  # the peer is gone; the front end sees it die and fails its requests
+                pass
+        self._outbox = waiting
 
     def _stats_due_in(self, now: float) -> float | None:
         return max(0.0, self._stats_sent + STATS_PERIOD_S - now) if self._stats_dirty else None
@@ -382,31 +395,67 @@ class Subserver:
         return pending
 
     def run(self) -> None:
-        poller = self.poller
-        poller.register(self.inbox, zmq.POLLIN)
-        if self.listener is not None:
-            poller.register(self.listener.fileno(), zmq.POLLIN)
+        self.listen()
         while not self.stopping:
-            start = time.perf_counter()
-            self.drain()
-            batch = self.sched.next_batch(start, lambda e: max(1, e.req.seq_len - self.engine.seq_len(e.req.rid)))
-            if batch:
-                step_before = self.counters.step_s
-                self.run_batch(batch)
-                self._stats_dirty = True
-                end = time.perf_counter()
-                self.flush(end)
-                overhead = (end - start) - (self.counters.step_s - step_before)
-                self.counters.overhead_us.append(overhead * 1e6)
-                continue
+            self.iterate()
+
+    def listen(self) -> None:
+        """Register the inbox and the listener with the poller (before the first `iterate()`)."""
+        self.poller.register(self.inbox, zmq.POLLIN)
+        if self.listener is not None:
+            self.poller.register(self.listener.fileno(), zmq.POLLIN)
+
+    def iterate(self, block: bool = True) -> None:
+        """One pass of the loop: drain what the last poll reported, step a batch if one is due and send what it
+        produced (else what is queued), then one poll: for nothing if more work is ready, else (when `block`)
+        until a frame arrives or a timer (max-wait, stats, a backlog) is due."""
+        start = time.perf_counter()
+        self.drain(self._events)
+        batch = self.sched.next_batch(start, lambda e: max(1, e.req.seq_len - self.engine.seq_len(e.req.rid)))
+        if batch:
+            step_before = self.counters.step_s
+            self.run_batch(batch)
+            self._stats_dirty = True
+            end = time.perf_counter()
+            self.flush(end)
+            self.counters.overhead_us.append(((end - start) - (self.counters.step_s - step_before)) * 1e6)
+        else:
             self.flush(start)
-            now = time.perf_counter()
-            due = [t for t in (self.sched.wait_timeout(now), self._stats_due_in(now)) if t is not None]
-            timeout_ms = min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
-            if self.flush_backlogs():
-                timeout_ms = min(timeout_ms, BACKLOG_POLL_MS)
-            if not poller.poll(timeout_ms):
-                self.housekeeping(time.perf_counter())
+        timeout_ms = self.timeout_ms(ran=bool(batch)) if block else 0
+        if timeout_ms > 0 and self.spin():
+            return
+        if not self.wait(timeout_ms) and timeout_ms > 0:
+            self.housekeeping(time.perf_counter())
+
+    def spin(self) -> bool:
+        """`runtime.spin_us`: poll without sleeping until a frame arrives (True) or the spin time is over."""
+        if self.spin_s <= 0:
+            return False
+        deadline = time.perf_counter() + self.spin_s
+        while time.perf_counter() < deadline:
+            if self.wait(0):
+                return True
+        return False
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Poll every source up to `timeout_ms`; what is readable is drained by the next iteration. False when
+        nothing is."""
+        self._events = dict(self.poller.poll(timeout_ms))
+        return bool(self._events)
+
+    def busy(self) -> bool:
+        """Whether an iteration has anything to do now (frames the last poll reported, or ready requests)."""
+        return bool(self._events) or self.sched.num_ready > 0
+
+    def timeout_ms(self, ran: bool) -> int:
+        """How long the poll may wait: not at all after a step that left requests ready (the next batch may be
+        due now), else until the earliest timer."""
+        if ran and self.sched.num_ready:
+            return 0
+        now = time.perf_counter()
+        due = [t for t in (self.sched.wait_timeout(now), self._stats_due_in(now)) if t is not None]
+        timeout_ms = min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
+        return min(timeout_ms, BACKLOG_POLL_MS) if self.flush_backlogs() else timeout_ms
 
     def housekeeping(self, now: float) -> None:
         if os.getppid() != self.parent:

@@ -87,6 +87,8 @@ class Link:
                 closed = True
                 break
             self._in += data
+            if len(data) < _READ_CHUNK:
+                break  # the kernel had no more: skip the EAGAIN read (poll is level-triggered: nothing is lost)
         frames = self._frames()
         if closed and not frames:
             raise LinkClosed("the peer closed the link")
