@@ -78,8 +78,10 @@ def test_optuna_pareto_maximises_each_objective() -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     cfg = composed("hydra/sweeper=optuna_pareto", "objective=[accuracy,throughput_tok_s]", "seed=7")
     assert list(cfg.hydra.sweeper.direction) == ["maximize", "maximize"]
-    assert cfg.hydra.sweeper.sampler._target_ == "optuna.samplers.NSGAIISampler"
+    assert cfg.hydra.sweeper.sampler._target_ == "evals.optuna_samplers.ends_first_tpe"
     assert cfg.hydra.sweeper.sampler.seed == 7
+    nsga = composed("hydra/sweeper=optuna_pareto", "hydra/sweeper/sampler=nsgaii", "objective=[accuracy]", "seed=7")
+    assert nsga.hydra.sweeper.sampler._target_ == "optuna.samplers.NSGAIISampler"  # the plugin's own, still
 
 
 def test_objective_names_and_values() -> None:
