@@ -225,17 +225,17 @@ def _pct(measured: float, predicted: float | None) -> str:
     return f"{(measured - predicted) / predicted:+.1%}" if predicted else "n/a"
 
 
-async def thresholds(window_s: float, warmup_s: float, ns: list[int]) -> None:
+async def thresholds(window_s: float, warmup_s: float, ns: list[int], link: str, spin_us: float) -> None:
     print(f"== threshold validation: sim {PAPER_LATENCIES_MS[0]} / {PAPER_LATENCIES_MS[1]} ms, bernoulli "
           f"{PAPER_ROUTE_PROB}, thresholds [1, B1], closed loop, {window_s:g} s window, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs ==")
+          f"peer_link={link} spin_us={spin_us:g}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs ==")
     print("predicted: the throughput model at the nominal latencies and route_prob; 'at measured': at the mean "
           "step times the sim engines actually took (sleep overshoot) and the hand-off rate the window's seeded "
           "decisions actually had (p), which isolates runtime overheads from sampling noise.")
     predict = _predictor()
     models = [_sim("small", PAPER_LATENCIES_MS[0], 1), _sim("large", PAPER_LATENCIES_MS[1], 2)]
     algo = AlgorithmSpec("bernoulli", {"route_prob": PAPER_ROUTE_PROB})
-    rt = RuntimeConfig(thresholds=[1, 1], max_wait_ms=1e9)
+    rt = RuntimeConfig(thresholds=[1, 1], max_wait_ms=1e9, peer_link=link, spin_us=spin_us)
     auto_rows = auto_table(models, algo, max(ns)) if predict else None
     print(f"{'N':>2} {'B1':>3} {'measured':>9} {'predicted':>10} {'error':>7} {'at measured':>12} {'error':>7}"
           f"      p   step ms (small, large)  mean batch")
@@ -268,8 +268,10 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=20.0, help="measurement window per threshold setting (s)")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=4, help="handoff: alternating direct / zmq rounds")
-    ap.add_argument("--links", default="direct,zmq", help="handoff: runtime.peer_link settings to alternate")
-    ap.add_argument("--spin-us", default="0", help="handoff: runtime.spin_us settings to alternate, e.g. 0,1000")
+    ap.add_argument("--links", default="direct,zmq",
+                    help="handoff: runtime.peer_link settings to alternate (thresholds: the first)")
+    ap.add_argument("--spin-us", default="0",
+                    help="handoff: runtime.spin_us settings to alternate, e.g. 0,200 (thresholds: the first)")
     ap.add_argument("--burn", action="store_true", help="run one CPU-bound background process meanwhile")
     ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4], help="concurrency levels to validate")
     args = ap.parse_args()
@@ -285,7 +287,8 @@ def main() -> None:
             asyncio.run(handoff(args.tokens, args.rounds, args.links.split(","),
                                 [float(x) for x in args.spin_us.split(",")]))
         if "thresholds" in args.sections:
-            asyncio.run(thresholds(args.window, args.warmup, args.n))
+            asyncio.run(thresholds(args.window, args.warmup, args.n, args.links.split(",")[0],
+                                   float(args.spin_us.split(",")[0])))
 
 
 if __name__ == "__main__":

@@ -145,6 +145,7 @@ def test_bad_option_is_one_line(capsys: pytest.CaptureFixture) -> None:
     assert err.count("\n") == 1 and "--bogus" in err
 
 
+@pytest.mark.slow  # 47 s of the default suite's 10 min; `make demo` runs the whole command, `pytest -m slow` this
 def test_demo_smoke_end_to_end(tmp_path: Path) -> None:
     """The whole command on the tiny random pair (~30 s on 2 idle cores): router training, every sweep at one
     point, the report; then a rerun that resumes (keeps every finished run)."""

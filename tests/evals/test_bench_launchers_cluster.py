@@ -122,7 +122,7 @@ def test_optuna_searches_a_threshold_and_resumes(tmp_path: Path, capsys: pytest.
     sweep = ["bench", "-m", "models=sim-r2r", "system=lockstep", "workload.num_requests=6",
              "workload.output_tokens=12", "hydra/sweeper=optuna_pareto",
              "objective=[throughput_tok_s,large_token_share]", "algorithm.route_prob=interval(0.05,0.95)",
-             "hydra.sweeper.n_trials=6", "hydra.sweeper.sampler.population_size=3",
+             "hydra.sweeper.n_trials=6", "hydra.sweeper.sampler.n_startup_trials=3",
              f"hydra.sweep.dir={tmp_path}", "hydra.sweep.subdir=${hydra.job.override_dirname}"]
     assert main(sweep) == 0
     table = pd.read_csv(tmp_path / "results.csv")

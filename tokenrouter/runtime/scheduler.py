@@ -107,8 +107,9 @@ class Scheduler:
         return {"waiting": len(self._waiting), "kv_reserved": self.kv.reserved, "kv_capacity": self.kv.capacity}
 
     @property
-    def num_ready(self) -> int:
-        return len(self._ready)
+    def has_work(self) -> bool:
+        """Requests ready to step or waiting for KV (which a release may have freed): `next_batch()` is due."""
+        return bool(self._ready or self._waiting)
 
     def next_batch(self, now: float, input_len: Callable[[Entry], int]) -> list[Entry]:
         """The batch to run now (empty: wait). Launches the whole queue (up to the batch size and token

@@ -445,12 +445,13 @@ class Subserver:
 
     def busy(self) -> bool:
         """Whether an iteration has anything to do now (frames the last poll reported, or ready requests)."""
-        return bool(self._events) or self.sched.num_ready > 0
+        return bool(self._events) or self.sched.has_work
 
     def timeout_ms(self, ran: bool) -> int:
-        """How long the poll may wait: not at all after a step that left requests ready (the next batch may be
-        due now), else until the earliest timer."""
-        if ran and self.sched.num_ready:
+        """How long the poll may wait: not at all after a step that left requests ready or waiting for KV (the
+        next batch may be due now, or a finish freed the KV a waiting request needs), else until the earliest
+        timer."""
+        if ran and self.sched.has_work:
             return 0
         now = time.perf_counter()
         due = [t for t in (self.sched.wait_timeout(now), self._stats_due_in(now)) if t is not None]
