@@ -444,7 +444,8 @@ class Subserver:
         return bool(self._events)
 
     def busy(self) -> bool:
-        """Whether an iteration has anything to do now (frames the last poll reported, or ready requests)."""
+        """Whether an iteration has anything to do now (frames the last poll reported, requests ready or waiting
+        for KV)."""
         return bool(self._events) or self.sched.has_work
 
     def timeout_ms(self, ran: bool) -> int:
