@@ -1,5 +1,6 @@
 """One subserver's loop pieces in-process (sim engine, real zmq sockets): a hand-off that overtakes the front
-end's Peers message (it travels on another connection) is answered once Peers arrives, not lost or fatal."""
+end's Peers message (it travels on another connection) is answered once Peers arrives, not lost or fatal; a
+request waiting for KV runs as soon as a finish frees it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tokenrouter.config import ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.sim import SimEngine
 from tokenrouter.runtime.ipc import PushLink, bind_inbox, connect_outbox
-from tokenrouter.runtime.messages import PeerMessage, Peers, RequestMeta, decode
+from tokenrouter.runtime.messages import PeerMessage, Peers, RequestMeta, Submit, decode
 from tokenrouter.runtime.subserver import Subserver, SubserverConfig
 
 MODELS = [ModelSpec(name="small", engine="sim", sim=SimSpec(latency_ms=0.1, seed=1)),
@@ -47,4 +48,34 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
             sock.close(linger=0)
         for link in (*sub.peers.values(), sub.to_frontend):
             link.close()
+        ctx.term()
+
+
+def test_a_request_waiting_for_kv_steps_right_after_the_finish_that_frees_it(tmp_path) -> None:
+    """The loop polls without waiting after a step that leaves a request waiting for KV: the finish in that
+    step may have freed its reservation (else it would sit out a stats or idle timer)."""
+    ctx = zmq.Context()
+    spec = ModelSpec(name="m", engine="sim", kv_tokens=30, page_size=4, sim=SimSpec(latency_ms=0.0, seed=1))
+    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
+    inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "m")
+    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(RuntimeConfig(thresholds=[1])),
+                          frontend_endpoint, "ipc", str(tmp_path))
+    engine = SimEngine.from_spec(spec)
+    sub = Subserver(cfg, engine, build_algorithm("stay", 0, ["m"], {}), ctx, inbox,
+                    PushLink(connect_outbox(ctx, frontend_endpoint)))
+    try:
+        sub.listen()
+        for rid in ("a", "b"):  # each reserves prompt 3 + 16 new + a page of 4 = 23 of the 30 tokens
+            sub.handle(Submit(rid, [5, 6, 7], RequestMeta(16, SamplingParams(), 7, [])))
+        assert sub.sched.occupancy()["waiting"] == 1
+        for _ in range(16):  # "a" decodes to its last token
+            sub.iterate(block=False)
+        assert "a" not in sub.sched.entries and engine.seq_len("b") == 0
+        assert sub.sched.has_work and sub.timeout_ms(ran=True) == 0
+        sub.iterate(block=False)
+        assert engine.seq_len("b") == 3  # admitted and prefilled in the very next iteration
+    finally:
+        for sock in (frontend_inbox, inbox):
+            sock.close(linger=0)
+        sub.to_frontend.close()
         ctx.term()
