@@ -2,12 +2,11 @@
 
 Runs, on the local pair (`+experiment=demo`: models=tiny, arith, N = 8), a grid over the R2R router threshold
 and an Optuna search (`hydra/sweeper=optuna_pareto`: the interval's two ends, then TPE; objectives accuracy and
-throughput) over the same interval, both on the same held-out problems, then checks every point of the grid's frontier: matched when
-some Optuna point has accuracy at least the grid point's 95% CI lower bound (Wilson) and throughput at least
-(1 - tolerance) x its throughput (single runs carry no throughput interval; the tolerance stands for the
-5-25% run-to-run spread measured on this machine; the thresholds both searches ran, the ends, show this run's
-spread). Prints both frontiers and the verdict; `tokenrouter report
-OUT` draws them side by side.
+throughput) over the same interval, both on the same held-out problems, then checks every point of the grid's
+frontier: matched when some Optuna point has accuracy at least the grid point's 95% CI lower bound (Wilson) and
+throughput at least (1 - tolerance) x its throughput (single runs carry no throughput interval; the tolerance
+stands for the 5-25% run-to-run spread measured on this machine; the thresholds both searches ran, the ends,
+show this run's spread). Prints both frontiers and the verdict; `tokenrouter report OUT` draws them side by side.
 
     .venv/bin/python benchmarks/bench_optuna_vs_grid.py --router PATH [--grid 0.1,0.2,...] [--trials 8]
         [--out runs/optuna_vs_grid] [--tolerance 0.1] [--optuna OVERRIDE...]

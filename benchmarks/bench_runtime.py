@@ -267,7 +267,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / loop / handoff")
     ap.add_argument("--window", type=float, default=20.0, help="measurement window per threshold setting (s)")
     ap.add_argument("--warmup", type=float, default=2.0)
-    ap.add_argument("--rounds", type=int, default=4, help="handoff: alternating direct / zmq rounds")
+    ap.add_argument("--rounds", type=int, default=4, help="handoff: rounds, each over every setting in turn")
     ap.add_argument("--links", default="direct,zmq",
                     help="handoff: runtime.peer_link settings to alternate (thresholds: the first)")
     ap.add_argument("--spin-us", default="0",

@@ -248,7 +248,7 @@ class Subserver:
         extend = the suffix missed while away."""
         req = e.req
         plen = len(req.prompt_ids)
-        start = handoff.step_start(kv, plen + len(req.output_ids))
+        start = handoff.step_start(kv, req.seq_len)
         if start < kv:
             self.engine.truncate(req.rid, start)
         return req.output_ids[start - plen:] if start >= plen else req.tokens[start:]
@@ -256,7 +256,7 @@ class Subserver:
     def run_batch(self, batch: list[Entry]) -> None:
         kv_before = [self.engine.seq_len(e.req.rid) for e in batch]
         items = [StepItem(e.req.rid, self.input_ids(e, kv), e.req.sampling, len(e.req.prompt_ids),
-                          banned_ids(len(e.req.output_ids), e.req.min_new_tokens, e.stop_ids))
+                          banned_ids(e.req.position, e.req.min_new_tokens, e.stop_ids))
                  for e, kv in zip(batch, kv_before, strict=True)]
         t0 = time.perf_counter()
         self.counters.wait_s += sum(t0 - e.since for e in batch)
@@ -407,8 +407,8 @@ class Subserver:
 
     def iterate(self, block: bool = True) -> None:
         """One pass of the loop: drain what the last poll reported, step a batch if one is due and send what it
-        produced (else what is queued), then one poll: for nothing if more work is ready, else (when `block`)
-        until a frame arrives or a timer (max-wait, stats, a backlog) is due."""
+        produced (else what is queued), then one poll: for nothing if more work is due (`timeout_ms`), else
+        (when `block`) until a frame arrives or a timer is due, sooner while a direct link holds a backlog."""
         start = time.perf_counter()
         self.drain(self._events)
         batch = self.sched.next_batch(start, lambda e: max(1, e.req.seq_len - self.engine.seq_len(e.req.rid)))
@@ -422,6 +422,8 @@ class Subserver:
         else:
             self.flush(start)
         timeout_ms = self.timeout_ms(ran=bool(batch)) if block else 0
+        if timeout_ms > 0 and self.flush_backlogs():
+            timeout_ms = min(timeout_ms, BACKLOG_POLL_MS)
         if timeout_ms > 0 and self.spin():
             return
         if not self.wait(timeout_ms) and timeout_ms > 0:
@@ -451,13 +453,12 @@ class Subserver:
     def timeout_ms(self, ran: bool) -> int:
         """How long the poll may wait: not at all after a step that left requests ready or waiting for KV (the
         next batch may be due now, or a finish freed the KV a waiting request needs), else until the earliest
-        timer."""
+        timer (max-wait, stats), at most IDLE_POLL_MS."""
         if ran and self.sched.has_work:
             return 0
         now = time.perf_counter()
         due = [t for t in (self.sched.wait_timeout(now), self._stats_due_in(now)) if t is not None]
-        timeout_ms = min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
-        return min(timeout_ms, BACKLOG_POLL_MS) if self.flush_backlogs() else timeout_ms
+        return min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
 
     def housekeeping(self, now: float) -> None:
         if os.getppid() != self.parent:
