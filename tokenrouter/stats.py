@@ -26,7 +26,7 @@ class ModelCounters:
 @dataclass
 class SubserverCounters:
     """One subserver's counters as it reports them to the front end (a Report's `stats`, a dict on the wire:
-    `asdict` / `from_wire`), plus its scheduler's occupancy."""
+    `to_wire` / `from_wire`), plus its scheduler's occupancy."""
 
     steps: int = 0
     batch_total: int = 0  # requests summed over steps (mean batch size = batch_total / steps)
@@ -40,6 +40,10 @@ class SubserverCounters:
     waiting: int = 0  # requests waiting for KV space
     kv_reserved: int = 0
     kv_capacity: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        """The fields as a dict, shallow (`dataclasses.asdict` deep-copies: 0.2 ms, up to 50 times a second)."""
+        return dict(vars(self), routes=list(self.routes))
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> SubserverCounters:

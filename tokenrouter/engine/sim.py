@@ -82,9 +82,10 @@ class SimEngine(Engine):
 
     def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         start = time.perf_counter()
-        new_tokens = sum(len(it.token_ids) for it in items)
-        if any(not it.token_ids for it in items):
+        lengths = [len(it.token_ids) for it in items]
+        if not all(lengths):
             raise ValueError("sim engine: every step item needs at least one new token")
+        new_tokens = sum(lengths)
         if new_tokens > self.tokens_free():
             raise CapacityError(f"sim model {self.name!r}: step needs {new_tokens} KV tokens, "
                                 f"{self.tokens_free()} free of {self.kv_tokens}")

@@ -5,7 +5,7 @@ never waits on another model. Each iteration: (1) drain client, peer and control
 (2) delayed-batching schedule and one engine step, then route(); (3) hand-offs to peers (the request goes
 PENDING here, its KV kept), committed tokens and finishes to the front end, releases to peers. A request
 back from a peer rejoins with its step input tokens[kv_len:], an extend over exactly what this model missed.
-When nothing is due the loop blocks on its inbox (zmq poll with a timeout): no busy spin.
+When nothing is due the loop blocks on its sources (epoll with a timeout; `runtime.spin_us` spins first).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutputN
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
 from tokenrouter.runtime import unix_link
+from tokenrouter.runtime.fd_poll import FdPoller
 from tokenrouter.runtime.ipc import CurveKeys, PushLink, bind_inbox, connect_outbox, start_authenticator
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
@@ -123,12 +125,13 @@ class Subserver:
         self.algo = algo
         self.ctx = ctx
         self.inbox = inbox
+        self.inbox_fd: int = inbox.getsockopt(zmq.FD)  # signals a state change: drain reads ZMQ_EVENTS
         self.to_frontend = to_frontend
         self.peers: dict[int, PushLink | Link] = {}
         self.listener = listener  # direct peer links (ipc mode); None: peers reach us through the zmq inbox
         self.links_in: list[Link] = []
         self.where = cfg.where
-        self.poller = zmq.Poller()
+        self.poller = FdPoller()
         self.keys = cfg.keys
         capacity = engine.tokens_free() + engine.tokens_used()
         self.sched = Scheduler(capacity, spec.page_size, rt.max_batch_size, rt.max_step_tokens,
@@ -141,23 +144,23 @@ class Subserver:
         self._stats_dirty = False
         self._stats_sent = 0.0
         self._outbox: dict[int, list[Message]] = {}
-        self._events: dict[Any, int] | None = None  # what the last poll reported (None: look at every source)
+        self._events: set[int] | None = None  # descriptors the last poll reported (None: look at every source)
         self.spin_s = rt.spin_us / 1e6
         self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
 
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
-    def drain(self, events: dict[Any, int] | None) -> None:
-        """The frames waiting on the sources `events` (a poll's result) names: the front end's zmq inbox, the
-        listener, the peers' direct links; every source when None. Reading only what poll reported saves a
+    def drain(self, events: Collection[int] | None) -> None:
+        """The frames waiting on the sources `events` (a poll's descriptors) names: the front end's zmq inbox,
+        the listener, the peers' direct links; every source when None. Reading only what poll reported saves a
         syscall and an EAGAIN per idle source per iteration, on the path of every hand-off."""
-        if events is None or self.inbox in events:
+        if events is None or self.inbox_fd in events:
             while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 self.on_frame(self.inbox.recv(zmq.NOBLOCK))
         if self.listener is not None and (events is None or self.listener.fileno() in events):
             for link in self.listener.accept():
                 self.links_in.append(link)
-                self.poller.register(link.fileno(), zmq.POLLIN)
+                self.poller.register(link.fileno())
         for link in list(self.links_in):
             if events is not None and link.fileno() not in events:
                 continue
@@ -355,7 +358,7 @@ class Subserver:
             self.flush_peers()
         r = self._report
         if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
-            r.stats = asdict(self.counters.snapshot(now, self.sched.occupancy()))
+            r.stats = self.counters.snapshot(now, self.sched.occupancy()).to_wire()
             self._stats_dirty = False
             self._stats_sent = now
         if r.chunks or r.finishes or r.failures or r.stats:
@@ -401,9 +404,9 @@ class Subserver:
 
     def listen(self) -> None:
         """Register the inbox and the listener with the poller (before the first `iterate()`)."""
-        self.poller.register(self.inbox, zmq.POLLIN)
+        self.poller.register(self.inbox_fd)
         if self.listener is not None:
-            self.poller.register(self.listener.fileno(), zmq.POLLIN)
+            self.poller.register(self.listener.fileno())
 
     def iterate(self, block: bool = True) -> None:
         """One pass of the loop: drain what the last poll reported, step a batch if one is due and send what it
@@ -442,7 +445,7 @@ class Subserver:
     def wait(self, timeout_ms: int) -> bool:
         """Poll every source up to `timeout_ms`; what is readable is drained by the next iteration. False when
         nothing is."""
-        self._events = dict(self.poller.poll(timeout_ms))
+        self._events = self.poller.poll(timeout_ms)
         return bool(self._events)
 
     def busy(self) -> bool:

@@ -56,10 +56,21 @@ class Link:
         return bool(self._out)
 
     def send(self, frame: bytes) -> None:
-        """Queue `frame` and write as much as the kernel takes now (frames keep their order)."""
-        self._out += HEADER.pack(len(frame))
-        self._out += frame
-        self.flush()
+        """Write `frame` now, as much as the kernel takes; the rest is kept, in order, for `flush()`."""
+        if self._out:  # a backlog goes first
+            self._out += HEADER.pack(len(frame))
+            self._out += frame
+            self.flush()
+            return
+        data = HEADER.pack(len(frame)) + frame
+        try:
+            sent = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:  # the peer is gone: what it would have received is moot
+            raise LinkClosed(str(exc)) from None
+        if sent < len(data):
+            self._out += data[sent:]
 
     def flush(self) -> None:
         while self._out:
