@@ -143,7 +143,8 @@ class RuntimeConfig:
     host: str = "127.0.0.1"
     # a subserver with nothing to do polls without sleeping for up to this long before it blocks: a frame that
     # arrives meanwhile costs no wake-up of a sleeping process (tens of us per hop on a VM), at the price of a
-    # core kept busy that long per idle spell (SGLang's scheduler spins by default; 0 = block at once)
+    # core kept busy that long per idle spell (SGLang's scheduler spins by default; 0 = block at once); a spin
+    # that was descheduled (another process wanted the core) pauses spinning for 20 ms
     spin_us: float = 0.0
     # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
     startup_timeout_s: float = 600.0

@@ -79,3 +79,42 @@ def test_a_request_waiting_for_kv_steps_right_after_the_finish_that_frees_it(tmp
             sock.close(linger=0)
         sub.to_frontend.close()
         ctx.term()
+
+
+def test_a_contended_spin_pauses_spinning(tmp_path, monkeypatch) -> None:
+    """runtime.spin_us: a spin during which this thread got (almost) no CPU was taking a core another process
+    wanted; the next spins return at once, without polling, until the back-off is over."""
+    import tokenrouter.runtime.subserver as subserver_module
+
+    ctx = zmq.Context()
+    spec = ModelSpec(name="m", engine="sim", sim=SimSpec(latency_ms=0.0, seed=1))
+    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
+    inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "m")
+    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(RuntimeConfig(thresholds=[1], spin_us=2000)),
+                          frontend_endpoint, "ipc", str(tmp_path))
+    sub = Subserver(cfg, SimEngine.from_spec(spec), build_algorithm("stay", 0, ["m"], {}), ctx, inbox,
+                    PushLink(connect_outbox(ctx, frontend_endpoint)))
+    polls = []
+    real_wait = sub.wait
+    sub.wait = lambda timeout_ms: polls.append(timeout_ms) or real_wait(timeout_ms)
+    try:
+        sub.listen()
+        sub.drain(None)  # reading ZMQ_EVENTS clears the inbox descriptor's start-up signal
+        monkeypatch.setattr(subserver_module.time, "thread_time", time.perf_counter)  # as if it had the CPU
+        t0 = time.perf_counter()
+        assert not sub.spin() and polls  # nothing arrived: it spun the whole 2 ms, polling
+        assert time.perf_counter() - t0 >= 0.002 and sub._spin_off_until == 0.0  # uncontended: no back-off
+        frozen = time.thread_time()
+        monkeypatch.setattr(subserver_module.time, "thread_time", lambda: frozen)  # as if descheduled throughout
+        assert not sub.spin()
+        assert sub._spin_off_until > time.perf_counter()
+        polls.clear()
+        assert not sub.spin() and not polls  # backing off: no spinning at all
+        monkeypatch.undo()
+        sub._spin_off_until = time.perf_counter()  # the back-off is over
+        assert not sub.spin() and polls
+    finally:
+        for sock in (frontend_inbox, inbox):
+            sock.close(linger=0)
+        sub.to_frontend.close()
+        ctx.term()

@@ -61,6 +61,8 @@ BACKLOG_POLL_MS = 1  # a direct link the kernel did not take everything for is r
 ABORT_MEMORY_S = 60.0  # how long an aborted id is remembered (late peer frames for it are dropped)
 STATS_PERIOD_S = 0.02  # counters ride to the front end at most this often (finishes always carry them)
 MEDIAN_PERIOD_S = 0.2  # overhead median recomputed at most this often
+SPIN_CPU_SHARE = 0.8  # runtime.spin_us: a spin that ran less than this share of its wall time was contended
+SPIN_BACKOFF_S = 0.02  # ... and spinning pauses this long
 
 
 @dataclass
@@ -146,6 +148,7 @@ class Subserver:
         self._outbox: dict[int, list[Message]] = {}
         self._events: set[int] | None = None  # descriptors the last poll reported (None: look at every source)
         self.spin_s = rt.spin_us / 1e6
+        self._spin_off_until = 0.0  # perf_counter time before which spin() does not spin (contention)
         self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
 
     # ---- stage 1: receive ----------------------------------------------------------------------------------
@@ -433,14 +436,25 @@ class Subserver:
             self.housekeeping(time.perf_counter())
 
     def spin(self) -> bool:
-        """`runtime.spin_us`: poll without sleeping until a frame arrives (True) or the spin time is over."""
+        """`runtime.spin_us`: poll without sleeping until a frame arrives (True) or the spin time is over.
+        A spin that got less than SPIN_CPU_SHARE of the CPU meanwhile was taking a core another process wanted
+        (on a shared machine, maybe the peer that would send the frame): no spinning for SPIN_BACKOFF_S."""
         if self.spin_s <= 0:
             return False
-        deadline = time.perf_counter() + self.spin_s
+        start = time.perf_counter()
+        if start < self._spin_off_until:
+            return False
+        cpu = time.thread_time()
+        deadline = start + self.spin_s
+        arrived = False
         while time.perf_counter() < deadline:
             if self.wait(0):
-                return True
-        return False
+                arrived = True
+                break
+        end = time.perf_counter()
+        if time.thread_time() - cpu < SPIN_CPU_SHARE * (end - start):
+            self._spin_off_until = end + SPIN_BACKOFF_S
+        return arrived
 
     def wait(self, timeout_ms: int) -> bool:
         """Poll every source up to `timeout_ms`; what is readable is drained by the next iteration. False when
