@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers
+.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The slow-marked tests of the main venv (soak tests, the demo end to end, every experiment's sweep); those
+# needing an optional install run under their own targets (test-clients, test-launchers, test-sglang).
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow --ignore=tests/runtime/test_http_lm_eval.py --ignore=tests/runtime/test_bench_tools.py \
+		--ignore=tests/evals/test_bench_launchers_cluster.py --ignore=tests/baselines/test_sglang_baselines.py \
+		--ignore=tests/baselines/test_http_model.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -9,7 +9,8 @@ overhead:   zero-latency sim engine, one model (`stay`): the subserver's own loo
             and the end-to-end token rate at the client (front end included). Goal <= 100 us.
 loop:       the hand-off round trip's own CPU cost: the two subservers of `handoff` in this one process over
             real direct links, iterating in turn (a subserver with nothing to do polls once more, where a
-            blocked one would wake): no wake-ups, no scheduling, no other process. The floor `handoff` stands on.
+            blocked one would wake): no wake-ups, no scheduling, no other process. The floor `handoff` stands on,
+            as this thread's CPU time (time other tenants take from it does not count; their cache use does).
 handoff:    two zero-latency sim engines, bernoulli route_prob=1: every token is small step -> hand-off ->
             large step (commit) -> hand-off back, so the median gap between streamed tokens is one hand-off
             round trip (two engine iterations included), for each `--links` x `--spin-us` setting in

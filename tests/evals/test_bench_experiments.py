@@ -16,6 +16,10 @@ from tokenrouter.cli.bench import hydra_app, launch, output_dir
 from tokenrouter.cli.hydra_config import compose, conf_dir
 
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
+# one sweep of each shape runs by default (~5 s each); the others differ from one of these only in config groups
+# that test_experiment_composes resolves for every experiment, and run with `-m slow`
+SWEEP_SHAPES = {"demo", "pareto_amc23", "systems_sim", "table3", "threshold_validation", "tp_sweep"}
+SWEEPS = [n if n in SWEEP_SHAPES else pytest.param(n, marks=pytest.mark.slow) for n in EXPERIMENTS]
 
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
@@ -49,7 +53,7 @@ def _dry_run(cfg: Any) -> dict:
     return summary
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
+@pytest.mark.parametrize("name", SWEEPS)
 def test_experiment_sweep_dir_and_collection(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the sweep as `tokenrouter bench -m +experiment=NAME` launches it (no hydra.sweep.dir given), dry jobs
     monkeypatch.chdir(tmp_path)
