@@ -125,6 +125,7 @@ def _loop_cost_us(tokens: int) -> float:
         for link in (*sub.peers.values(), *sub.links_in, sub.to_frontend):
             link.close()
         sub.listener.close()
+        sub.poller.close()
         sub.inbox.close(linger=0)
     front.close()
     ctx.term()

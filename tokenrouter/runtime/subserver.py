@@ -434,6 +434,7 @@ class Subserver:
             return
         if not self.wait(timeout_ms) and timeout_ms > 0:
             self.housekeeping(time.perf_counter())
+            self._events = None  # after a quiet timeout, look at every source once (a guard, off the hot path)
 
     def spin(self) -> bool:
         """`runtime.spin_us`: poll without sleeping until a frame arrives (True) or the spin time is over.
