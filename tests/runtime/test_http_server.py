@@ -234,7 +234,9 @@ def _soak(url: str, clients: int, seconds: float) -> tuple[int, int]:
     max_tokens = 24
 
     async def run() -> tuple[int, int]:
-        limits = httpx.Limits(max_connections=clients + 4)
+        # idle connections expire on the client before the server's 5 s keep-alive closes them: with both at 5 s
+        # a request can go out on a connection the server is closing (a ReadError no server can prevent)
+        limits = httpx.Limits(max_connections=clients + 4, keepalive_expiry=2.0)
         async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
             expected = []
             for prompt, seed in variants:
