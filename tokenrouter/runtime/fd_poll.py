@@ -19,31 +19,24 @@ class FdPoller:
     """Register descriptors for reading; `poll(timeout_ms)` returns those readable (timeout < 0: forever)."""
 
     def __init__(self) -> None:
-        if hasattr(select, "epoll"):
-            self._epoll: select.epoll | None = select.epoll()
-            self._poll = None
-        else:  # macOS, BSDs
-            self._epoll = None
-            self._poll = select.poll()
+        self._epoll = hasattr(select, "epoll")  # else poll: macOS, BSDs (the same register / poll interface)
+        self._impl = select.epoll() if self._epoll else select.poll()
+        self._mask = select.EPOLLIN if self._epoll else select.POLLIN
 
     def register(self, fd: int) -> None:
-        if self._epoll is not None:
-            self._epoll.register(fd, select.EPOLLIN)
-        else:
-            self._poll.register(fd, select.POLLIN)
+        self._impl.register(fd, self._mask)
 
     def unregister(self, fd: int) -> None:
-        if self._epoll is not None:
-            self._epoll.unregister(fd)
-        else:
-            self._poll.unregister(fd)
+        self._impl.unregister(fd)
 
     def poll(self, timeout_ms: int) -> set[int]:
         """Readable (or hung-up: the next read says so) descriptors, waiting up to `timeout_ms`."""
-        if self._epoll is not None:
-            return {fd for fd, _ in self._epoll.poll(timeout_ms / 1000.0 if timeout_ms >= 0 else -1)}
-        return {fd for fd, _ in self._poll.poll(timeout_ms if timeout_ms >= 0 else None)}
+        if self._epoll:  # epoll takes seconds (-1: forever), poll milliseconds (None: forever)
+            timeout = timeout_ms / 1000.0 if timeout_ms >= 0 else -1
+        else:
+            timeout = timeout_ms if timeout_ms >= 0 else None
+        return {fd for fd, _ in self._impl.poll(timeout)}
 
     def close(self) -> None:
-        if self._epoll is not None:
-            self._epoll.close()
+        if self._epoll:
+            self._impl.close()

@@ -57,31 +57,31 @@ class Link:
 
     def send(self, frame: bytes) -> None:
         """Write `frame` now, as much as the kernel takes; the rest is kept, in order, for `flush()`."""
+        data = HEADER.pack(len(frame)) + frame
         if self._out:  # a backlog goes first
-            self._out += HEADER.pack(len(frame))
-            self._out += frame
+            self._out += data
             self.flush()
             return
-        data = HEADER.pack(len(frame)) + frame
-        try:
-            sent = self.sock.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError as exc:  # the peer is gone: what it would have received is moot
-            raise LinkClosed(str(exc)) from None
+        sent = self._write(data)
         if sent < len(data):
             self._out += data[sent:]
 
     def flush(self) -> None:
         while self._out:
-            try:
-                sent = self.sock.send(self._out)
-            except (BlockingIOError, InterruptedError):
+            sent = self._write(self._out)
+            if not sent:
                 return
-            except OSError as exc:  # the peer is gone: what it would have received is moot
-                self._out.clear()
-                raise LinkClosed(str(exc)) from None
             del self._out[:sent]
+
+    def _write(self, data: bytes | bytearray) -> int:
+        """One non-blocking send: the bytes the kernel took (0: its buffer is full)."""
+        try:
+            return self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as exc:  # the peer is gone: what it would have received is moot
+            self._out.clear()
+            raise LinkClosed(str(exc)) from None
 
     def recv_frames(self) -> list[bytes]:
         """Every complete frame readable now; LinkClosed once the peer has closed (after its last frames)."""
