@@ -28,13 +28,12 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict
 
 import zmq
+from burner import Burner
 
 from tokenrouter.api import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
@@ -158,21 +157,6 @@ async def handoff(tokens: int, rounds: int, links: list[str], spins: list[float]
         print(f"peer_link={link} spin_us={spin:g}: round trip median {median:.1f} us "
               f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}) over {len(g)} tokens, {first / median:.2f}x the first")
     print(f"load average {os.getloadavg()[0]:.1f}")
-
-
-class Burner:
-    """`--burn`: one CPU-bound background process for the run (the issue's 'one busy neighbour' setting)."""
-
-    def __init__(self, on: bool) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if on else None
-
-    def __enter__(self) -> Burner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def _predictor():

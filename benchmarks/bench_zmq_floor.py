@@ -1,12 +1,15 @@
 """The floor under the hand-off round trip: a bare ZeroMQ PUSH/PULL ping-pong between two Python processes,
-next to the same ping-pong over the runtime's direct peer links (tokenrouter/runtime/unix_link.py).
+next to the same ping-pong over the runtime's direct peer links (tokenrouter/runtime/unix_link.py), waiting
+in a blocking poll and, with `--spin-us`, spinning first as `runtime.spin_us` makes a subserver do.
 
-    .venv/bin/python benchmarks/bench_zmq_floor.py [--rounds 5000]
+    .venv/bin/python benchmarks/bench_zmq_floor.py [--rounds 5000] [--spin-us 0,200] [--burn]
 
 Same sockets as the runtime (ipc:// in a private directory, msgpack-sized frames, a blocking poll on the
 receiving side), no engine, no scheduler, no routing. Two figures: two processes alone, and with a third
 process receiving one frame per round as the front end does (it receives every committed token). The
-runtime's hand-off round trip (`bench_runtime.py handoff`) is two such hops plus two subserver iterations.
+runtime's hand-off round trip (`bench_runtime.py handoff`) is two such hops plus two subserver iterations
+(their CPU cost alone: `bench_runtime.py loop`), so this round trip plus `loop` predicts `handoff`.
+`--burn` runs one CPU-bound background process meanwhile (the issue's busy-neighbour setting).
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import sys
 import time
 
 import zmq
+from burner import Burner
 
 from tokenrouter.runtime import unix_link
+from tokenrouter.runtime.fd_poll import FdPoller
 from tokenrouter.runtime.ipc import bind_inbox, connect_outbox, private_dir, remove_dir
 
 FRAME = b"x" * 64  # about one PeerMessage
@@ -44,13 +49,23 @@ def echo(inbox: str, outbox: str, sink: str | None) -> None:
     ctx.destroy(linger=1000)
 
 
-def link_echo(path: str) -> None:
+def wait_readable(poller: FdPoller, spin_s: float, timeout_ms: int) -> bool:
+    """Poll without sleeping for up to `spin_s`, then block up to `timeout_ms` (the subserver's wait)."""
+    if spin_s > 0:
+        deadline = time.perf_counter() + spin_s
+        while time.perf_counter() < deadline:
+            if poller.poll(0):
+                return True
+    return bool(poller.poll(timeout_ms))
+
+
+def link_echo(path: str, spin_s: float) -> None:
     """Child role over a direct link: send every frame straight back, until an empty frame."""
     link = unix_link.connect(path)
-    poller = zmq.Poller()
-    poller.register(link.fileno(), zmq.POLLIN)
+    poller = FdPoller()
+    poller.register(link.fileno())
     while True:
-        poller.poll()
+        wait_readable(poller, spin_s, -1)
         frames = link.recv_frames()
         for frame in frames:
             if not frame:
@@ -59,25 +74,27 @@ def link_echo(path: str) -> None:
             link.send(frame)
 
 
-def link_ping_pong(rounds: int) -> list[float]:
-    """Round-trip times (us) over a direct unix link, polled like the subserver polls it."""
+def link_ping_pong(rounds: int, spin_us: float) -> list[float]:
+    """Round-trip times (us) over a direct unix link, polled like the subserver polls it (FdPoller, spinning
+    first for `spin_us` on both sides)."""
     where = private_dir()
     listener = unix_link.Listener(unix_link.peer_path(str(where), 0))
-    child = subprocess.Popen([sys.executable, __file__, "--role", "link", listener.path])
+    child = subprocess.Popen([sys.executable, __file__, "--role", "link", listener.path, str(spin_us)])
+    poller = FdPoller()
     try:
-        poller = zmq.Poller()
-        poller.register(listener.fileno(), zmq.POLLIN)
+        poller.register(listener.fileno())
         if not poller.poll(10_000):
             raise RuntimeError("the echo process did not connect within 10 s")
         [link] = listener.accept()
-        poller.register(link.fileno(), zmq.POLLIN)
+        poller.unregister(listener.fileno())
+        poller.register(link.fileno())
         times = []
         for i in range(rounds + 500):
             t0 = time.perf_counter()
             link.send(FRAME)
             got: list[bytes] = []
             while not got:
-                if not poller.poll(10_000):
+                if not wait_readable(poller, spin_us / 1e6, 10_000):
                     raise RuntimeError("the echo process did not answer within 10 s")
                 got = link.recv_frames()
             if i >= 500:
@@ -88,6 +105,7 @@ def link_ping_pong(rounds: int) -> list[float]:
     finally:
         if child.poll() is None:
             child.kill()
+        poller.close()
         listener.close()
         remove_dir(where)
 
@@ -141,6 +159,9 @@ def ping_pong(rounds: int, with_sink: bool) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5000)
+    ap.add_argument("--spin-us", default="0,200",
+                    help="comma-separated spin times (us) for the direct-link ping-pong, each a row")
+    ap.add_argument("--burn", action="store_true", help="run one CPU-bound background process meanwhile")
     ap.add_argument("--role", choices=["echo", "sink", "link"], help=argparse.SUPPRESS)
     ap.add_argument("endpoints", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -151,18 +172,23 @@ def main() -> None:
         sink(args.endpoints[0])
         return
     if args.role == "link":
-        link_echo(args.endpoints[0])
+        link_echo(args.endpoints[0], float(args.endpoints[1]) / 1e6)
         return
+    spins = [float(x) for x in args.spin_us.split(",")]
+    runs = [("zmq, two processes", lambda: ping_pong(args.rounds, False)),
+            ("zmq, two processes + a third receiving each round", lambda: ping_pong(args.rounds, True))]
+    runs += [(f"direct unix link, two processes, spin {spin:g} us",
+              lambda spin=spin: link_ping_pong(args.rounds, spin)) for spin in spins]
     medians = {}
-    for label, run in (("zmq, two processes", lambda: ping_pong(args.rounds, False)),
-                       ("zmq, two processes + a third receiving each round", lambda: ping_pong(args.rounds, True)),
-                       ("direct unix link, two processes", lambda: link_ping_pong(args.rounds))):
-        t = run()
-        medians[label] = statistics.median(t)
-        print(f"{label}: round trip median {medians[label]:.1f} us, "
-              f"p90 {statistics.quantiles(t, n=10)[-1]:.1f} us ({len(t)} rounds)")
-    print(f"zmq / direct ratio {medians['zmq, two processes'] / medians['direct unix link, two processes']:.2f}x "
-          f"(load average {os.getloadavg()[0]:.1f})")
+    with Burner(args.burn):
+        for label, run in runs:
+            t = run()
+            medians[label] = statistics.median(t)
+            print(f"{label}: round trip median {medians[label]:.1f} us, "
+                  f"p90 {statistics.quantiles(t, n=10)[-1]:.1f} us ({len(t)} rounds)")
+    direct = medians[runs[2][0]]
+    print(f"zmq / direct (spin {spins[0]:g}) ratio {medians['zmq, two processes'] / direct:.2f}x "
+          f"({'with' if args.burn else 'no'} background process; load average {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import msgspec
+
 from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, SamplingParams, StepOutputs
 from tokenrouter.errors import UserError
 
@@ -77,13 +79,15 @@ class StepResult:
         return len(self.requests)
 
 
-@dataclass
-class PeerRequest:
+class PeerRequest(msgspec.Struct, array_like=True):
     """The message a model sends a peer: ids only, never hidden states or KV.
 
     `token_ids` are the tokens the peer has not seen, starting at sequence index `loc` (the position anchor:
     the peer truncates to `loc` and appends, so replies carry only the minimal suffix). `prompt_len` lets the
     peer split prompt from output on first contact. `finished` tells the peer to release the request.
+    `fields`: an algorithm's own extras (msgpack-able values). A msgspec Struct, not a dataclass: it crosses
+    process boundaries on every hand-off, and as a positional array it is a third the size and twice as fast
+    to build, encode and decode.
     """
 
     rid: str
@@ -91,7 +95,7 @@ class PeerRequest:
     token_ids: list[int]
     prompt_len: int
     finished: bool = False
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 RatesSource = Literal["preset", "measured"]

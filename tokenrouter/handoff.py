@@ -13,15 +13,17 @@ Pure: no engines, sockets or clocks. These functions only call the algorithm's `
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import NamedTuple
+from dataclasses import dataclass
 
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.finish import finish_reason
 
 
-class Settled(NamedTuple):
-    """What a step's sampled token did to one request (see `settle()`). A tuple: built once per request-step."""
+@dataclass(slots=True)
+class Settled:
+    """What a step's sampled token did to one request (see `settle()`). Built once per request-step: slots, not
+    a NamedTuple (whose Python-level `__new__` costs twice as much)."""
 
     committed: bool  # the token was appended to the request's output (stream it, count it)
     finish: str  # "" while running, else the finish reason ("stop" | "length")
@@ -49,7 +51,8 @@ def seen_through(msg: PeerRequest, req: RouterRequest) -> int:
     return min(msg.loc + len(msg.token_ids), req.seq_len)
 
 
-class Outgoing(NamedTuple):
+@dataclass(slots=True)
+class Outgoing:
     """A hand-off message and whether the sender has never sent this request to that peer (the peer then
     needs the request's settings, which the message itself does not carry)."""
 

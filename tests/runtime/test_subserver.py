@@ -149,3 +149,33 @@ def test_a_frame_behind_a_consumed_inbox_signal_is_read_after_the_idle_timeout(t
             sock.close(linger=0)
         sub.to_frontend.close()
         ctx.term()
+
+
+def test_a_route_to_a_model_that_does_not_exist_fails_only_that_request(tmp_path) -> None:
+    """route() returning a destination outside the models fails the request it was for, with a line naming the
+    destination; its batch mate steps again alone and goes on."""
+    ctx = zmq.Context()
+    spec = ModelSpec(name="m", engine="sim", sim=SimSpec(latency_ms=0.0, seed=1))
+    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
+    inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "m")
+    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(RuntimeConfig(thresholds=[1])),
+                          frontend_endpoint, "ipc", str(tmp_path))
+    algo = build_algorithm("stay", 0, ["m"], {})
+    algo.route = lambda step: [5 if r.seed == 13 else 0 for r in step.requests]
+    engine = SimEngine.from_spec(spec)
+    sub = Subserver(cfg, engine, algo, ctx, inbox, PushLink(connect_outbox(ctx, frontend_endpoint)))
+    try:
+        for rid, seed in (("bad", 13), ("good", 7)):
+            sub.handle(Submit(rid, [5, 6, 7], RequestMeta(4, SamplingParams(), seed, [])))
+        batch = sub.sched.next_batch(time.perf_counter(), lambda e: 3)
+        assert len(batch) == 2
+        sub.run_batch(batch)
+        [(rid, error)] = sub._report.failures
+        assert rid == "bad" and "returned destination 5 (1 models)" in error
+        assert "bad" not in sub.sched.entries and engine.seq_len("bad") == 0
+        assert sub.counters.committed == 1 and engine.seq_len("good") == 3  # stepped alone, committed, ready
+    finally:
+        for sock in (frontend_inbox, inbox):
+            sock.close(linger=0)
+        sub.to_frontend.close()
+        ctx.term()

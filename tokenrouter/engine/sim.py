@@ -82,16 +82,23 @@ class SimEngine(Engine):
 
     def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         start = time.perf_counter()
-        lengths = [len(it.token_ids) for it in items]
-        if not all(lengths):
-            raise ValueError("sim engine: every step item needs at least one new token")
-        new_tokens = sum(lengths)
+        new_tokens = 0
+        for it in items:  # one pass: this runs on every hand-off's path, twice per round trip
+            if not it.token_ids:
+                raise ValueError("sim engine: every step item needs at least one new token")
+            new_tokens += len(it.token_ids)
         if new_tokens > self.tokens_free():
             raise CapacityError(f"sim model {self.name!r}: step needs {new_tokens} KV tokens, "
                                 f"{self.tokens_free()} free of {self.kv_tokens}")
-        next_tokens = [self._append_and_sample(it) for it in items]
-        sleep_until(start + self.latency.step_ms(len(items), new_tokens) / 1000.0)
-        return StepOutput([it.rid for it in items], next_tokens)
+        rids: list[str] = []
+        next_tokens: list[int] = []
+        for it in items:
+            rids.append(it.rid)
+            next_tokens.append(self._append_and_sample(it))
+        latency_ms = self.latency.step_ms(len(items), new_tokens)
+        if latency_ms > 0:
+            sleep_until(start + latency_ms / 1000.0)
+        return StepOutput(rids, next_tokens)
 
     def _append_and_sample(self, item: StepItem) -> int:
         hashes = self._prefix_hash.setdefault(item.rid, [])

@@ -13,6 +13,7 @@ poll named, so nothing waits unseen: a frame arriving after the drain re-signals
 from __future__ import annotations
 
 import select
+from collections.abc import KeysView
 
 
 class FdPoller:
@@ -29,13 +30,14 @@ class FdPoller:
     def unregister(self, fd: int) -> None:
         self._impl.unregister(fd)
 
-    def poll(self, timeout_ms: int) -> set[int]:
-        """Readable (or hung-up: the next read says so) descriptors, waiting up to `timeout_ms`."""
+    def poll(self, timeout_ms: int) -> KeysView[int]:
+        """Readable (or hung-up: the next read says so) descriptors, waiting up to `timeout_ms`. A set-like view
+        built in C (no comprehension frame: this runs several times per hand-off, and in every spin)."""
         if self._epoll:  # epoll takes seconds (-1: forever), poll milliseconds (None: forever)
             timeout = timeout_ms / 1000.0 if timeout_ms >= 0 else -1
         else:
             timeout = timeout_ms if timeout_ms >= 0 else None
-        return {fd for fd, _ in self._impl.poll(timeout)}
+        return dict(self._impl.poll(timeout)).keys()
 
     def close(self) -> None:
         if self._epoll:

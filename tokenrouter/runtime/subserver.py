@@ -26,7 +26,7 @@ import msgpack
 import zmq
 
 from tokenrouter import handoff
-from tokenrouter.api import PeerRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutputName, StepOutputs
@@ -146,7 +146,7 @@ class Subserver:
         self._stats_dirty = False
         self._stats_sent = 0.0
         self._outbox: dict[int, list[Message]] = {}
-        self._events: set[int] | None = None  # descriptors the last poll reported (None: look at every source)
+        self._events: Collection[int] | None = None  # descriptors the last poll reported (None: look at every source)
         self.spin_s = rt.spin_us / 1e6
         self._spin_off_until = 0.0  # perf_counter time before which spin() does not spin (contention)
         self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
@@ -260,19 +260,31 @@ class Subserver:
         return req.output_ids[start - plen:] if start >= plen else req.tokens[start:]
 
     def run_batch(self, batch: list[Entry]) -> None:
-        kv_before = [self.engine.seq_len(e.req.rid) for e in batch]
-        items = [StepItem(e.req.rid, self.input_ids(e, kv), e.req.sampling, len(e.req.prompt_ids),
-                          banned_ids(e.req.position, e.req.min_new_tokens, e.stop_ids))
-                 for e, kv in zip(batch, kv_before, strict=True)]
+        launched = time.perf_counter()
+        reqs: list[RouterRequest] = []
+        kv_before: list[int] = []
+        items: list[StepItem] = []
+        waited = 0.0
+        for e in batch:  # one pass, no comprehension frames: this runs on every hand-off's path
+            req = e.req
+            reqs.append(req)
+            kv = self.engine.seq_len(req.rid)
+            kv_before.append(kv)
+            items.append(StepItem(req.rid, self.input_ids(e, kv), req.sampling, len(req.prompt_ids),
+                                  banned_ids(req.position, req.min_new_tokens, e.stop_ids)))
+            waited += launched - e.since
+        self.counters.wait_s += waited
         t0 = time.perf_counter()
-        self.counters.wait_s += sum(t0 - e.since for e in batch)
         try:
             out = self.engine.step(items, self.outputs_for(batch))
-            reqs = [e.req for e in batch]
             dests = self.algo.route(StepResult(self.index, reqs, out.next_tokens, out.logits, out.hidden))
-            if len(dests) != len(batch) or any(not 0 <= d < self.num_models for d in dests):
-                raise ValueError(f"algorithm {self.algo.name!r} returned destinations {dests} for "
-                                 f"{len(batch)} requests and {self.num_models} models")
+            if len(dests) != len(batch):
+                raise ValueError(f"algorithm {self.algo.name!r} returned {len(dests)} destinations for "
+                                 f"{len(batch)} requests")
+            for d in dests:
+                if not 0 <= d < self.num_models:
+                    raise ValueError(f"algorithm {self.algo.name!r} returned destination {d!r} "
+                                     f"({self.num_models} models)")
         except EngineFailure:
             raise  # the engine is gone (a TP rank died): stop, the front end fails every request
         except Exception as exc:  # a failed step fails its requests, never the server or their batch mates

@@ -21,6 +21,7 @@ import socket
 import struct
 
 HEADER = struct.Struct("<I")  # frame length, little-endian
+_HEADER_SIZE = HEADER.size
 MAX_FRAME = 1 << 30  # a header claiming more than this is not ours: the link is closed
 _READ_CHUNK = 1 << 16
 
@@ -106,17 +107,22 @@ class Link:
         return frames
 
     def _frames(self) -> list[bytes]:
+        """Cut the complete frames off the front of the input buffer (one delete for all of them)."""
+        buf = self._in
         frames = []
-        while len(self._in) >= HEADER.size:
-            (size,) = HEADER.unpack_from(self._in)
+        pos, held = 0, len(buf)
+        while held - pos >= _HEADER_SIZE:
+            (size,) = HEADER.unpack_from(buf, pos)
             if size > MAX_FRAME:
-                self._in.clear()
+                buf.clear()
                 raise LinkClosed(f"a frame header claims {size} bytes")
-            end = HEADER.size + size
-            if len(self._in) < end:
+            end = pos + _HEADER_SIZE + size
+            if end > held:
                 break
-            frames.append(bytes(self._in[HEADER.size:end]))
-            del self._in[:end]
+            frames.append(bytes(buf[pos + _HEADER_SIZE:end]))
+            pos = end
+        if pos:
+            del buf[:pos]
         return frames
 
     def close(self, linger_s: float = 0.0) -> None:
