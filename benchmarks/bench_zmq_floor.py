@@ -9,13 +9,15 @@ receiving side), no engine, no scheduler, no routing. Two figures: two processes
 process receiving one frame per round as the front end does (it receives every committed token). The
 runtime's hand-off round trip (`bench_runtime.py handoff`) is two such hops plus two subserver iterations
 (their CPU cost alone: `bench_runtime.py loop`), so this round trip plus `loop` predicts `handoff`.
-`--burn` runs one CPU-bound background process meanwhile (the issue's busy-neighbour setting).
+`--burn` runs one CPU-bound background process meanwhile (the issue's busy-neighbour setting). Last, what a
+syscall costs right after a sleep against hot: code that runs after each engine step runs cold.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -156,6 +158,33 @@ def ping_pong(rounds: int, with_sink: bool) -> list[float]:
         remove_dir(where)
 
 
+def cold_calls(rounds: int, sleep_s: float = 0.005) -> tuple[float, float, float]:
+    """Median us of a trivial syscall (getppid), then a 64-byte send on a socket pair, right after a `sleep_s`
+    sleep, and of the same send made again at once: what any code pays on its first steps after the CPU idled
+    (a subserver after each engine step it waited for). No receiver is waiting: no wake-up is in these."""
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    first_call, first_send, hot_send = [], [], []
+    try:
+        for _ in range(rounds):
+            time.sleep(sleep_s)
+            t0 = time.perf_counter()
+            os.getppid()
+            t1 = time.perf_counter()
+            a.send(FRAME)
+            t2 = time.perf_counter()
+            a.send(FRAME)
+            t3 = time.perf_counter()
+            b.recv(1 << 16)
+            first_call.append(t1 - t0)
+            first_send.append(t2 - t1)
+            hot_send.append(t3 - t2)
+    finally:
+        a.close()
+        b.close()
+    return tuple(statistics.median(x) * 1e6 for x in (first_call, first_send, hot_send))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5000)
@@ -186,6 +215,9 @@ def main() -> None:
             medians[label] = statistics.median(t)
             print(f"{label}: round trip median {medians[label]:.1f} us, "
                   f"p90 {statistics.quantiles(t, n=10)[-1]:.1f} us ({len(t)} rounds)")
+        call, send, hot = cold_calls(min(args.rounds, 500))
+        print(f"after a 5 ms sleep: getppid {call:.1f} us, then a send {send:.1f} us; the same send again at "
+              f"once {hot:.1f} us (the first steps after the CPU idled run cold)")
     direct = medians[runs[2][0]]
     print(f"zmq / direct (spin {spins[0]:g}) ratio {medians['zmq, two processes'] / direct:.2f}x "
           f"({'with' if args.burn else 'no'} background process; load average {os.getloadavg()[0]:.1f})")
