@@ -25,18 +25,24 @@ def test_demo_config_composes_every_sweep_point(capsys: pytest.CaptureFixture) -
     assert "dir: multirun/demo" in hydra and "tokenrouter.cli.demo.SweepProgress" in hydra
     # router paths (passed as ++models.routers.<algorithm>=PATH) never become part of a run's dir name
     assert all(f"- models.routers.{alg}\n" in hydra for alg in cfg.demo.routers.algorithms)
+    def values(sweep: list[str], key: str) -> set[str]:
+        return {v for o in sweep if o.startswith(f"{key}=") for v in o.split("=", 1)[1].split(",")}
+
     systems = set()
-    for sweep in cfg.demo.sweeps:
-        point = compose(["+experiment=demo", "++models.routers.r2r=/some/router.json", *demo.first_point(list(sweep))])
-        systems.add(point.system.name)
-        assert len(model_specs(point.models)) == 2
-        if point.algorithm.name == "r2r":
-            assert point.algorithm.router == "/some/router.json"  # the demo's router reaches R2R
+    for sweep in map(list, cfg.demo.sweeps):
+        first = [o for o in demo.first_point(sweep) if not o.startswith("system=")]
+        for system in values(sweep, "system"):
+            point = compose(["+experiment=demo", "++models.routers.r2r=/some/router.json", *first, f"system={system}"])
+            systems.add(point.system.name)
+            assert len(model_specs(point.models)) == 2
+            if point.algorithm.name == "r2r":
+                assert point.algorithm.router == "/some/router.json"  # the demo's router reaches R2R
     assert systems == {"single", "tokenrouter", "lockstep", "query_routing"}
     # the Table 3 pair exists: lock-step runs an R2R threshold that TokenRouter also runs
+
     def thresholds(system: str) -> set[str]:
-        return {v for s in map(list, cfg.demo.sweeps) if f"system={system}" in s and "algorithm=r2r" in s
-                for o in s if o.startswith("algorithm.threshold=") for v in o.split("=", 1)[1].split(",")}
+        return {v for s in map(list, cfg.demo.sweeps) if system in values(s, "system") and "algorithm=r2r" in s
+                for v in values(s, "algorithm.threshold")}
 
     assert thresholds("lockstep") and thresholds("lockstep") <= thresholds("tokenrouter")
 
@@ -46,6 +52,8 @@ def test_sweep_points_and_first_point() -> None:
     assert demo.sweep_points(sweep) == 6
     assert demo.sweep_points(["system=single"]) == 1
     assert demo.first_point(sweep) == ["system=tokenrouter", "algorithm.threshold=0.3", "system.strong_share=0.1"]
+    compared = ["algorithm.threshold=0.5,0.9", "system=tokenrouter,lockstep"]  # --smoke keeps every system
+    assert demo.first_point(compared) == ["algorithm.threshold=0.5", "system=tokenrouter,lockstep"]
 
 
 def test_sweep_dir_resumes_only_its_own_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -198,18 +198,19 @@ def sweep_points(overrides: list[str]) -> int:
 
     count = 1
     for override in OverridesParser.create().parse_overrides(overrides):
-        if override.is_sweep_override():
+        if override.is_sweep_override() and override.get_key_element() != "system":
             count *= len(list(override.sweep_string_iterator()))
     return count
 
 
 def first_point(overrides: list[str]) -> list[str]:
-    """The sweep reduced to the first value of each comma list (what --smoke runs)."""
+    """The sweep reduced to the first value of each comma list but the system's (what --smoke runs: every
+    system a sweep compares, at one point)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     out = []
     for text, override in zip(overrides, OverridesParser.create().parse_overrides(overrides), strict=True):
-        if override.is_sweep_override():
+        if override.is_sweep_override() and override.get_key_element() != "system":
             text = f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}"
         out.append(text)
     return out
