@@ -54,6 +54,7 @@ def test_sweep_points_and_first_point() -> None:
     assert demo.first_point(sweep) == ["system=tokenrouter", "algorithm.threshold=0.3", "system.strong_share=0.1"]
     compared = ["algorithm.threshold=0.5,0.9", "system=tokenrouter,lockstep"]  # --smoke keeps every system
     assert demo.first_point(compared) == ["algorithm.threshold=0.5", "system=tokenrouter,lockstep"]
+    assert demo.sweep_points(compared) == 4 and demo.sweep_points(demo.first_point(compared)) == 2
 
 
 def test_sweep_dir_resumes_only_its_own_runs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -198,7 +198,7 @@ def sweep_points(overrides: list[str]) -> int:
 
     count = 1
     for override in OverridesParser.create().parse_overrides(overrides):
-        if override.is_sweep_override() and override.get_key_element() != "system":
+        if override.is_sweep_override():
             count *= len(list(override.sweep_string_iterator()))
     return count
 
