@@ -5,6 +5,8 @@ request waiting for KV runs as soon as a finish frees it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 
 import zmq
@@ -19,6 +21,28 @@ from tokenrouter.runtime.subserver import IDLE_POLL_MS, Subserver, SubserverConf
 
 MODELS = [ModelSpec(name="small", engine="sim", sim=SimSpec(latency_ms=0.1, seed=1)),
           ModelSpec(name="large", engine="sim", sim=SimSpec(latency_ms=0.1, seed=2))]
+
+
+@contextmanager
+def one_model(tmp_path, spec: ModelSpec | None = None, runtime: RuntimeConfig | None = None,
+              loopback: bool = False) -> Iterator[tuple[Subserver, zmq.Socket]]:
+    """A one-model subserver running `stay` over real zmq sockets, and its inbox; with `loopback` its reports go
+    to its own inbox (a stand-in front end that sends it frames)."""
+    ctx = zmq.Context()
+    spec = spec or ModelSpec(name="m", engine="sim", sim=SimSpec(latency_ms=0.0, seed=1))
+    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
+    inbox, endpoint = bind_inbox(ctx, "ipc", str(tmp_path), spec.name)
+    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(runtime or RuntimeConfig(thresholds=[1])),
+                          frontend_endpoint, "ipc", str(tmp_path))
+    sub = Subserver(cfg, SimEngine.from_spec(spec), build_algorithm("stay", 0, [spec.name], {}), ctx, inbox,
+                    PushLink(connect_outbox(ctx, endpoint if loopback else frontend_endpoint)))
+    try:
+        yield sub, inbox
+    finally:
+        for sock in (frontend_inbox, inbox):
+            sock.close(linger=0)
+        sub.to_frontend.close()
+        ctx.term()
 
 
 def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
@@ -54,16 +78,9 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
 def test_a_request_waiting_for_kv_steps_right_after_the_finish_that_frees_it(tmp_path) -> None:
     """The loop polls without waiting after a step that leaves a request waiting for KV: the finish in that
     step may have freed its reservation (else it would sit out a stats or idle timer)."""
-    ctx = zmq.Context()
     spec = ModelSpec(name="m", engine="sim", kv_tokens=30, page_size=4, sim=SimSpec(latency_ms=0.0, seed=1))
-    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
-    inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "m")
-    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(RuntimeConfig(thresholds=[1])),
-                          frontend_endpoint, "ipc", str(tmp_path))
-    engine = SimEngine.from_spec(spec)
-    sub = Subserver(cfg, engine, build_algorithm("stay", 0, ["m"], {}), ctx, inbox,
-                    PushLink(connect_outbox(ctx, frontend_endpoint)))
-    try:
+    with one_model(tmp_path, spec) as (sub, _):
+        engine = sub.engine
         sub.listen()
         for rid in ("a", "b"):  # each reserves prompt 3 + 16 new + a page of 4 = 23 of the 30 tokens
             sub.handle(Submit(rid, [5, 6, 7], RequestMeta(16, SamplingParams(), 7, [])))
@@ -74,11 +91,6 @@ def test_a_request_waiting_for_kv_steps_right_after_the_finish_that_frees_it(tmp
         assert sub.sched.has_work and sub.timeout_ms(ran=True) == 0
         sub.iterate(block=False)
         assert engine.seq_len("b") == 3  # admitted and prefilled in the very next iteration
-    finally:
-        for sock in (frontend_inbox, inbox):
-            sock.close(linger=0)
-        sub.to_frontend.close()
-        ctx.term()
 
 
 def test_a_contended_spin_pauses_spinning(tmp_path, monkeypatch) -> None:
@@ -86,18 +98,10 @@ def test_a_contended_spin_pauses_spinning(tmp_path, monkeypatch) -> None:
     wanted; the next spins return at once, without polling, until the back-off is over."""
     import tokenrouter.runtime.subserver as subserver_module
 
-    ctx = zmq.Context()
-    spec = ModelSpec(name="m", engine="sim", sim=SimSpec(latency_ms=0.0, seed=1))
-    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
-    inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "m")
-    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(RuntimeConfig(thresholds=[1], spin_us=2000)),
-                          frontend_endpoint, "ipc", str(tmp_path))
-    sub = Subserver(cfg, SimEngine.from_spec(spec), build_algorithm("stay", 0, ["m"], {}), ctx, inbox,
-                    PushLink(connect_outbox(ctx, frontend_endpoint)))
-    polls = []
-    real_wait = sub.wait
-    sub.wait = lambda timeout_ms: polls.append(timeout_ms) or real_wait(timeout_ms)
-    try:
+    with one_model(tmp_path, runtime=RuntimeConfig(thresholds=[1], spin_us=2000)) as (sub, _):
+        polls = []
+        real_wait = sub.wait
+        sub.wait = lambda timeout_ms: polls.append(timeout_ms) or real_wait(timeout_ms)
         sub.listen()
         sub.drain(None)  # reading ZMQ_EVENTS clears the inbox descriptor's start-up signal
         monkeypatch.setattr(subserver_module.time, "thread_time", time.perf_counter)  # as if it had the CPU
@@ -113,25 +117,12 @@ def test_a_contended_spin_pauses_spinning(tmp_path, monkeypatch) -> None:
         monkeypatch.undo()
         sub._spin_off_until = time.perf_counter()  # the back-off is over
         assert not sub.spin() and polls
-    finally:
-        for sock in (frontend_inbox, inbox):
-            sock.close(linger=0)
-        sub.to_frontend.close()
-        ctx.term()
 
 
 def test_a_frame_behind_a_consumed_inbox_signal_is_read_after_the_idle_timeout(tmp_path) -> None:
     """The zmq inbox is polled through its ZMQ_FD, which signals edges: should a signal ever be consumed without
     the frame behind it being read, the first quiet poll timeout makes the next drain look at every source."""
-    ctx = zmq.Context()
-    spec = ModelSpec(name="m", engine="sim", sim=SimSpec(latency_ms=0.0, seed=1))
-    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
-    inbox, endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "m")
-    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(RuntimeConfig(thresholds=[1])),
-                          frontend_endpoint, "ipc", str(tmp_path))
-    sub = Subserver(cfg, SimEngine.from_spec(spec), build_algorithm("stay", 0, ["m"], {}), ctx, inbox,
-                    PushLink(connect_outbox(ctx, endpoint)))  # its own inbox stands in for the front end's
-    try:
+    with one_model(tmp_path, loopback=True) as (sub, inbox):  # its own inbox stands in for the front end's
         sub.listen()
         sub.drain(None)
         sub.to_frontend.send(encode([Submit("r", [5, 6, 7], RequestMeta(4, SamplingParams(), 7, []))]))
@@ -144,27 +135,13 @@ def test_a_frame_behind_a_consumed_inbox_signal_is_read_after_the_idle_timeout(t
         assert "r" not in sub.sched.entries and time.perf_counter() - start >= IDLE_POLL_MS / 1000 * 0.9
         sub.iterate()
         assert "r" in sub.sched.entries or sub.counters.committed > 0
-    finally:
-        for sock in (frontend_inbox, inbox):
-            sock.close(linger=0)
-        sub.to_frontend.close()
-        ctx.term()
 
 
 def test_a_route_to_a_model_that_does_not_exist_fails_only_that_request(tmp_path) -> None:
     """route() returning a destination outside the models fails the request it was for, with a line naming the
     destination; its batch mate steps again alone and goes on."""
-    ctx = zmq.Context()
-    spec = ModelSpec(name="m", engine="sim", sim=SimSpec(latency_ms=0.0, seed=1))
-    frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
-    inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "m")
-    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(RuntimeConfig(thresholds=[1])),
-                          frontend_endpoint, "ipc", str(tmp_path))
-    algo = build_algorithm("stay", 0, ["m"], {})
-    algo.route = lambda step: [5 if r.seed == 13 else 0 for r in step.requests]
-    engine = SimEngine.from_spec(spec)
-    sub = Subserver(cfg, engine, algo, ctx, inbox, PushLink(connect_outbox(ctx, frontend_endpoint)))
-    try:
+    with one_model(tmp_path) as (sub, _):
+        sub.algo.route = lambda step: [5 if r.seed == 13 else 0 for r in step.requests]
         for rid, seed in (("bad", 13), ("good", 7)):
             sub.handle(Submit(rid, [5, 6, 7], RequestMeta(4, SamplingParams(), seed, [])))
         batch = sub.sched.next_batch(time.perf_counter(), lambda e: 3)
@@ -172,10 +149,5 @@ def test_a_route_to_a_model_that_does_not_exist_fails_only_that_request(tmp_path
         sub.run_batch(batch)
         [(rid, error)] = sub._report.failures
         assert rid == "bad" and "returned destination 5 (1 models)" in error
-        assert "bad" not in sub.sched.entries and engine.seq_len("bad") == 0
-        assert sub.counters.committed == 1 and engine.seq_len("good") == 3  # stepped alone, committed, ready
-    finally:
-        for sock in (frontend_inbox, inbox):
-            sock.close(linger=0)
-        sub.to_frontend.close()
-        ctx.term()
+        assert "bad" not in sub.sched.entries and sub.engine.seq_len("bad") == 0
+        assert sub.counters.committed == 1 and sub.engine.seq_len("good") == 3  # stepped alone, committed, ready
