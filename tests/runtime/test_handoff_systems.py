@@ -1,28 +1,39 @@
 """One protocol, three systems: a randomized algorithm that overrides send() and receive()
 (user_algorithms/resend.py: early anchors, drafts sent past the sequence and stripped on receipt) gives the
 same greedy outputs, per-model token counts and hand-offs on the TokenRouter runtime (real subserver
-processes), lock-step and Std. Serving (real single-model servers) over the tiny-random pair; requests with
-min_new_tokens (stop ids masked in every model's sampler until then) end identically too."""
+processes), lock-step and Std. Serving (real single-model servers); requests with min_new_tokens (stop ids
+masked in every model's sampler until then) end identically too. On the sim pair by default: its tokens are a
+hash of the whole prefix its KV holds, so a KV that rolled back to the wrong anchor or missed a token changes
+every later token, as with a real model, without a torch import per process; on the tiny-random pair under
+`make test-slow` (test_declared_needs.py compares the three systems on torch models in the default suite)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from baselines.lockstep import LockstepSystem
 from baselines.std_serving import StdServingOptions, StdServingSystem
-from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.frontend import TokenRouterFrontend
 
 from .conftest import generate_on_each, started, user_algorithms_importable
 
-SPECS = [ModelSpec(name="small", source="tiny-random:small", kv_tokens=4096),
-         ModelSpec(name="large", source="tiny-random:large", kv_tokens=4096)]
+PAIRS = {"torch": [ModelSpec(name="small", source="tiny-random:small", kv_tokens=4096),
+                   ModelSpec(name="large", source="tiny-random:large", kv_tokens=4096)],
+         # the tiny-random models' vocabulary (100), so half of it stops requests as there
+         "sim": [ModelSpec(name=name, engine="sim", kv_tokens=4096, sim=SimSpec(latency_ms=0.2, vocab_size=100,
+                                                                              seed=seed))
+                 for name, seed in (("small", 1), ("large", 2))]}
 RESEND = AlgorithmSpec("user_algorithms.resend", {"route_prob": 0.4})
 PROMPTS = [[5, 17, 33, 40], [2, 9, 40, 41, 7, 3, 88, 12, 13], [60, 61, 62], [44, 8, 19, 90, 1, 30]]
 
 
-def test_resend_gives_identical_outputs_on_all_three_systems() -> None:
+@pytest.mark.parametrize("engine", ["sim", pytest.param("torch", marks=pytest.mark.slow)])
+def test_resend_gives_identical_outputs_on_all_three_systems(engine: str) -> None:
+    specs = PAIRS[engine]
     reqs = [GenerationRequest(p, max_new_tokens=20, seed=10 + i, index=i) for i, p in enumerate(PROMPTS)]
     # half the vocabulary stops these two, but not before 8 tokens are out
     stops = list(range(50))
@@ -31,9 +42,9 @@ def test_resend_gives_identical_outputs_on_all_three_systems() -> None:
     runtime = RuntimeConfig(thresholds=[1, 1])
 
     async def run() -> tuple[list[list[GenerationResult]], dict]:
-        router = TokenRouterFrontend(SPECS, RESEND, runtime)
-        lockstep = LockstepSystem(SPECS, RESEND, RuntimeConfig())
-        std = StdServingSystem(SPECS, RESEND, runtime,
+        router = TokenRouterFrontend(specs, RESEND, runtime)
+        lockstep = LockstepSystem(specs, RESEND, RuntimeConfig())
+        std = StdServingSystem(specs, RESEND, runtime,
                                options=StdServingOptions(return_logits=False, return_hidden_states=False))
         systems = (router, lockstep, std)
         async with started(*systems):

@@ -1,13 +1,18 @@
 """Tensor parallelism inside the runtime (real subservers whose large model runs as two rank processes):
-outputs equal the tp=1 run token for token, and SIGINT of `tokenrouter serve` leaves no rank behind."""
+outputs equal the tp=1 run token for token, and SIGINT of `tokenrouter serve` leaves no rank behind.
+
+The tp=1 reference is lock-step R2R in this process (its outputs equal the runtime's: test_handoff_systems.py,
+test_declared_needs.py), which spares two more processes that each import torch and transformers."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
 
 import httpx
 
+from baselines.lockstep import LockstepSystem
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.generation import GenerationRequest
 
@@ -24,15 +29,24 @@ RT = RuntimeConfig(thresholds=[1, 2], max_wait_ms=10.0)
 def test_large_model_at_tp2_gives_the_tp1_outputs() -> None:
     reqs = [GenerationRequest([3 + i, 4, 5, 6][: 2 + i % 3], max_new_tokens=16, seed=i, index=i, stop_token_ids=[])
             for i in range(6)]
-    f = Frontends({"tp1": ([SMALL, LARGE], ALGO, RT), "tp2": ([SMALL, LARGE_TP2], ALGO, RT)})
+    f = Frontends({"tp2": ([SMALL, LARGE_TP2], ALGO, RT)})
     try:
-        ref = f.run(f.fe["tp1"].generate_many(reqs))
         got = f.run(f.fe["tp2"].generate_many(reqs))
     finally:
         f.close()
+    ref = asyncio.run(_lockstep(reqs))
     assert [r.output_ids for r in got] == [r.output_ids for r in ref]
     assert [r.tokens_per_model for r in got] == [r.tokens_per_model for r in ref]
     assert sum(r.tokens_per_model["large"] for r in got) > 0  # the TP model really generated
+
+
+async def _lockstep(reqs: list[GenerationRequest]) -> list:
+    system = LockstepSystem([SMALL, LARGE], ALGO, RuntimeConfig())
+    await system.start()
+    try:
+        return list(await asyncio.gather(*(system.generate(r) for r in reqs)))
+    finally:
+        await system.close()
 
 
 def test_sigint_with_tp_ranks_running_leaves_no_process(tmp_path: Path) -> None:
