@@ -32,6 +32,7 @@ import tempfile
 import time
 from dataclasses import asdict
 
+import idle_state
 import zmq
 from burner import Burner
 
@@ -156,7 +157,7 @@ async def handoff(tokens: int, rounds: int, links: list[str], spins: list[float]
         median = statistics.median(g)
         print(f"peer_link={link} spin_us={spin:g}: round trip median {median:.1f} us "
               f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}) over {len(g)} tokens, {first / median:.2f}x the first")
-    print(f"load average {os.getloadavg()[0]:.1f}")
+    print(f"load average {os.getloadavg()[0]:.1f}; {idle_state.describe()}")
 
 
 def _predictor():

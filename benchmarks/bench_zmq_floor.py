@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+import idle_state
 import zmq
 from burner import Burner
 
@@ -221,6 +222,7 @@ def main() -> None:
     direct = medians[runs[2][0]]
     print(f"zmq / direct (spin {spins[0]:g}) ratio {medians['zmq, two processes'] / direct:.2f}x "
           f"({'with' if args.burn else 'no'} background process; load average {os.getloadavg()[0]:.1f})")
+    print(idle_state.describe())
 
 
 if __name__ == "__main__":
