@@ -3,7 +3,9 @@
 Why: a hop between two processes wakes a CPU that had nothing to do. On a KVM guest whose cpuidle driver is
 `haltpoll`, `guest_halt_poll_ns` says how long an idle vCPU polls before it halts; a halted vCPU is woken
 through the hypervisor (tens of microseconds per hop), a polling one is not. Linux's default is 200000 ns; a
-guest booted with `haltpoll.guest_halt_poll_ns=0` halts at once, and the idle round trips show it.
+guest booted with `haltpoll.guest_halt_poll_ns=0` halts at once, and the idle round trips show it. To compare
+both on such a guest (root; it changes the whole machine, so set it back after):
+    echo 200000 > /sys/module/haltpoll/parameters/guest_halt_poll_ns   # then rerun; echo 0 > ... to restore
 """
 
 from __future__ import annotations
