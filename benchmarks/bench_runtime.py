@@ -14,7 +14,9 @@ loop:       the hand-off round trip's own CPU cost: the two subservers of `hando
 handoff:    two zero-latency sim engines, bernoulli route_prob=1: every token is small step -> hand-off ->
             large step (commit) -> hand-off back, so the median gap between streamed tokens is one hand-off
             round trip (two engine iterations included), for each `--links` x `--spin-us` setting in
-            alternating rounds. Goal <= 150 us idle, <= 250 us with `--burn`.
+            alternating rounds. Goal <= 150 us idle, <= 250 us with `--burn`. Also the mean (wall time / tokens):
+            when the front end falls behind (3 processes, 2 cores) it delivers queued tokens back to back and
+            the median of gaps reads low, the mean does not. And each process's CPU per round trip.
 thresholds: the paper's validation setting (sim 6.0 / 27.9 ms, bernoulli 0.35, thresholds [1, B1], N closed-loop
             requests that never finish inside the window, max-wait disabled): measured committed tokens / s
             next to the throughput model's prediction (tokenrouter.perfmodel), at the nominal latencies and
@@ -31,6 +33,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import idle_state
 import zmq
@@ -146,18 +149,38 @@ async def handoff(tokens: int, rounds: int, links: list[str], spins: list[float]
     models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
     algo = AlgorithmSpec("bernoulli", {"route_prob": 1.0})
     gaps: dict[tuple[str, float], list[float]] = {(link, spin): [] for link in links for spin in spins}
+    cpu: dict[tuple[str, float], list[float]] = {key: [0.0, 0.0, 0.0] for key in gaps}  # front end, small, large
+    wall = dict.fromkeys(gaps, 0.0)
     for _ in range(rounds):
         for link, spin in gaps:
             rt = RuntimeConfig(thresholds=[1, 1], peer_link=link, spin_us=spin)
             async with TokenRouterFrontend(models, algo, rt) as fe:
                 await _token_gaps_us(fe, 500, 1)
+                before = [time.process_time(), *(_cpu_s(pid) for pid in fe.pids)]
+                t0 = time.perf_counter()
                 gaps[link, spin] += await _token_gaps_us(fe, tokens // rounds, 1)
+                wall[link, spin] += time.perf_counter() - t0
+                after = [time.process_time(), *(_cpu_s(pid) for pid in fe.pids)]
+                cpu[link, spin] = [c + b - a for c, a, b in zip(cpu[link, spin], before, after, strict=True)]
     first = statistics.median(next(iter(gaps.values())))
     for (link, spin), g in gaps.items():
         median = statistics.median(g)
+        front, small, large = (c * 1e6 / len(g) for c in cpu[link, spin])
         print(f"peer_link={link} spin_us={spin:g}: round trip median {median:.1f} us "
-              f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}) over {len(g)} tokens, {first / median:.2f}x the first")
+              f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}), mean {wall[link, spin] * 1e6 / len(g):.1f} us over "
+              f"{len(g)} tokens, {first / median:.2f}x the first; CPU per round trip: front end + client "
+              f"{front:.0f} us, small {small:.0f}, large {large:.0f}")
     print(f"load average {os.getloadavg()[0]:.1f}; {idle_state.describe()}")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far (Linux /proc; 0 elsewhere). Clock-tick resolution
+    (10 ms): meant for runs of seconds. A spinning subserver's spin counts as its CPU."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _predictor():
