@@ -1,7 +1,7 @@
 """Tensor parallelism inside the runtime (real subservers whose large model runs as two rank processes):
 outputs equal the tp=1 run token for token, and SIGINT of `tokenrouter serve` leaves no rank behind.
 
-The tp=1 reference is lock-step R2R in this process (its outputs equal the runtime's: test_handoff_systems.py,
+The tp=1 reference is the lock-step system in this process (its outputs equal the runtime's: test_handoff_systems.py,
 test_declared_needs.py), which spares two more processes that each import torch and transformers."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from baselines.lockstep import LockstepSystem
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.generation import GenerationRequest
 
-from .conftest import Frontends
+from .conftest import Frontends, generate_on_each, started
 from .http_helpers import start_server, stop_cleanly
 
 SMALL = ModelSpec(name="small", source="tiny-random:small", engine="torch", kv_tokens=4096)
@@ -42,11 +42,9 @@ def test_large_model_at_tp2_gives_the_tp1_outputs() -> None:
 
 async def _lockstep(reqs: list[GenerationRequest]) -> list:
     system = LockstepSystem([SMALL, LARGE], ALGO, RuntimeConfig())
-    await system.start()
-    try:
-        return list(await asyncio.gather(*(system.generate(r) for r in reqs)))
-    finally:
-        await system.close()
+    async with started(system):
+        [results] = await generate_on_each((system,), reqs, 300)
+    return results
 
 
 def test_sigint_with_tp_ranks_running_leaves_no_process(tmp_path: Path) -> None:
