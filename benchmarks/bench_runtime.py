@@ -1,12 +1,15 @@
 """Runtime figures: per-iteration scheduler + IPC overhead, hand-off round trip, threshold validation.
 
   .venv/bin/python benchmarks/bench_runtime.py                 # everything (~4 min)
-  .venv/bin/python benchmarks/bench_runtime.py overhead loop handoff
+  .venv/bin/python benchmarks/bench_runtime.py overhead batch loop handoff
   .venv/bin/python benchmarks/bench_runtime.py thresholds --window 20
 
 overhead:   zero-latency sim engine, one model (`stay`): the subserver's own loop time per iteration minus
             the engine step (median, measured inside the subserver: drain, schedule, route, encode, send),
             and the end-to-end token rate at the client (front end included). Goal <= 100 us.
+batch:      what one more request in a decode batch costs: one zero-latency sim model (`stay`) in this process,
+            batches of 1-256, CPU per request per step, the engine step + route and the runtime apart. What a
+            GPU deployment's large batches pay on the CPU every step (256 x 5 us = 1.3 ms of a 20 ms decode step).
 loop:       the hand-off round trip's own CPU cost: the two subservers of `handoff` in this one process over
             real direct links, iterating in turn (a subserver with nothing to do polls once more, where a
             blocked one would wake): no wake-ups, no scheduling, no other process. The floor `handoff` stands on,
@@ -89,50 +92,94 @@ async def overhead(tokens: int) -> None:
                   f"at the client ({elapsed * 1e6 / tokens:.1f} us per iteration of a request)")
 
 
+class _InProcess:
+    """Subservers of sim models in this one process over real direct links (and a front-end listener whose
+    reports are read but not timed): the runtime's own CPU cost, without wake-ups, scheduling or other processes."""
+
+    def __init__(self, models: list[ModelSpec], algorithm: str, params: dict) -> None:
+        self.where = tempfile.mkdtemp(prefix="tokenrouter-loop-")
+        self.ctx = zmq.Context()
+        self.front = unix_link.Listener(unix_link.frontend_path(self.where))
+        rt = asdict(RuntimeConfig(thresholds=[1] * len(models), peer_link="direct", max_batch_size=1024))
+        self.subs: list[Subserver] = []
+        for i, m in enumerate(models):
+            cfg = SubserverConfig(i, [x.to_dict() for x in models], algorithm, params, rt, "", "ipc", self.where)
+            inbox, _ = bind_inbox(self.ctx, "ipc", self.where, f"model{i}")
+            algo = build_algorithm(algorithm, i, [x.name for x in models], params)
+            self.subs.append(Subserver(cfg, SimEngine.from_spec(m), algo, self.ctx, inbox,
+                                       unix_link.connect(unix_link.frontend_path(self.where)),
+                                       unix_link.Listener(unix_link.peer_path(self.where, i))))
+            self.subs[-1].listen()
+        self.reports = self.front.accept()
+        for sub in self.subs:
+            sub.handle(Peers([""] * len(models)))
+        self.passes = 0
+
+    def submit(self, rid: str, max_new_tokens: int) -> None:
+        self.subs[0].handle(Submit(rid, [1, 2, 3], RequestMeta(max_new_tokens, SamplingParams(), 7, [])))
+
+    def iterate(self) -> None:
+        """One pass: every subserver with work iterates once (a blocked one would have woken)."""
+        for sub in self.subs:
+            if sub.busy() or sub.wait(0):
+                sub.iterate(block=False)
+        self.passes += 1
+        if self.passes % 64 == 0:  # keep the reports' socket buffers from filling
+            for link in self.reports:
+                link.recv_frames()
+
+    def close(self) -> None:
+        for sub in self.subs:
+            for link in (*sub.peers.values(), *sub.links_in, sub.to_frontend):
+                link.close()
+            sub.listener.close()
+            sub.poller.close()
+            sub.inbox.close(linger=0)
+        self.front.close()
+        self.ctx.term()
+
+
 def _loop_cost_us(tokens: int) -> float:
     """CPU microseconds of this thread per round trip of `loop` (after 100 tokens of warm-up): thread time, so
     the figure does not count the time other tenants of a shared machine take from it."""
-    models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
-    params = {"route_prob": 1.0}
-    where = tempfile.mkdtemp(prefix="tokenrouter-loop-")
-    ctx = zmq.Context()
-    front = unix_link.Listener(unix_link.frontend_path(where))
-    rt = asdict(RuntimeConfig(thresholds=[1, 1], peer_link="direct"))
-    subs: list[Subserver] = []
-    for i, m in enumerate(models):
-        cfg = SubserverConfig(i, [x.to_dict() for x in models], "bernoulli", params, rt, "", "ipc", where)
-        inbox, _ = bind_inbox(ctx, "ipc", where, f"model{i}")
-        algo = build_algorithm("bernoulli", i, [x.name for x in models], params)
-        subs.append(Subserver(cfg, SimEngine.from_spec(m), algo, ctx, inbox,
-                              unix_link.connect(unix_link.frontend_path(where)),
-                              unix_link.Listener(unix_link.peer_path(where, i))))
-        subs[-1].listen()
-    reports = front.accept()
-    for sub in subs:
-        sub.handle(Peers(["", ""]))
-    subs[0].handle(Submit("r", [1, 2, 3], RequestMeta(tokens + 200, SamplingParams(), 7, [])))
-    large = subs[1].counters  # every token is committed by the large model
-    rounds, start, got0 = 0, 0.0, 0
+    run = _InProcess([_sim("small", 0.0, 1), _sim("large", 0.0, 2)], "bernoulli", {"route_prob": 1.0})
+    run.submit("r", tokens + 200)
+    large = run.subs[1].counters  # every token is committed by the large model
+    start, got0 = 0.0, 0
     while large.committed < tokens + 100:
-        for sub in subs:
-            if sub.busy() or sub.wait(0):
-                sub.iterate(block=False)
-        rounds += 1
-        if rounds % 64 == 0:  # keep the reports' socket buffers from filling (the front end's reads are not timed)
-            for link in reports:
-                link.recv_frames()
+        run.iterate()
         if not start and large.committed >= 100:
             start, got0 = time.thread_time(), large.committed
     elapsed = time.thread_time() - start
-    for sub in subs:
-        for link in (*sub.peers.values(), *sub.links_in, sub.to_frontend):
-            link.close()
-        sub.listener.close()
-        sub.poller.close()
-        sub.inbox.close(linger=0)
-    front.close()
-    ctx.term()
+    run.close()
     return elapsed / (large.committed - got0) * 1e6
+
+
+def _batch_cost_us(batch: int, steps: int) -> tuple[float, float]:
+    """CPU microseconds of this thread per request per step with `batch` requests decoding together on one
+    zero-latency sim model (`stay`): (everything, the engine step alone)."""
+    run = _InProcess([_sim("m", 0.0, 1)], "stay", {})
+    for i in range(batch):
+        run.submit(f"r{i}", steps + 50)
+    sub = run.subs[0]
+    while sub.counters.steps < 20:  # prefills done, every request decoding
+        run.iterate()
+    c0, s0, n0 = time.thread_time(), sub.counters.step_s, sub.counters.batch_total
+    while sub.counters.batch_total - n0 < batch * steps:
+        run.iterate()
+    elapsed, engine = time.thread_time() - c0, sub.counters.step_s - s0
+    rows = sub.counters.batch_total - n0
+    run.close()
+    return elapsed / rows * 1e6, engine / rows * 1e6
+
+
+def batch(steps: int) -> None:
+    print("== per-request cost of a decode step (one zero-latency sim model, `stay`, one process) ==")
+    for size in (1, 16, 64, 256):
+        total, engine = min(_batch_cost_us(size, steps) for _ in range(3))
+        print(f"batch {size:>3}: {total:6.2f} us CPU per request-step ({engine:.2f} of it the sim engine step + "
+              f"route, {total - engine:.2f} the runtime), best of 3", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f}")
 
 
 def loop(tokens: int) -> None:
@@ -268,14 +315,15 @@ async def thresholds(window_s: float, warmup_s: float, ns: list[int], link: str,
             print(f"   N={n}: best measured B1={best_m}, best predicted B1={best_p}{auto}", flush=True)
 
 
-SECTIONS = ("overhead", "loop", "handoff", "thresholds")
+SECTIONS = ("overhead", "batch", "loop", "handoff", "thresholds")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sections", nargs="*", metavar="{overhead,loop,handoff,thresholds}",
+    ap.add_argument("sections", nargs="*", metavar="{overhead,batch,loop,handoff,thresholds}",
                     help="which figures (default: all)")
     ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / loop / handoff")
+    ap.add_argument("--steps", type=int, default=200, help="batch: decode steps measured per batch size")
     ap.add_argument("--window", type=float, default=20.0, help="measurement window per threshold setting (s)")
     ap.add_argument("--warmup", type=float, default=2.0)
     ap.add_argument("--rounds", type=int, default=4, help="handoff: rounds, each over every setting in turn")
@@ -292,6 +340,8 @@ def main() -> None:
     with Burner(args.burn):
         if "overhead" in args.sections:
             asyncio.run(overhead(args.tokens))
+        if "batch" in args.sections:
+            batch(args.steps)
         if "loop" in args.sections:
             loop(args.tokens)
         if "handoff" in args.sections:

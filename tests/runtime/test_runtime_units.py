@@ -66,20 +66,19 @@ def _entry(rid: str, prompt: int = 4, max_new: int = 8) -> Entry:
 def test_delayed_batching_waits_for_threshold_or_max_wait() -> None:
     s = Scheduler(capacity_tokens=1000, page_size=4, max_batch_size=8, max_step_tokens=100, max_wait_s=0.05)
     s.threshold = 3
-    one = lambda e: 1  # noqa: E731
     for i in range(2):
         assert s.add(_entry(f"r{i}"), now=0.0) is None
-    assert s.next_batch(0.01, one) == [] and s.wait_timeout(0.01) == pytest.approx(0.04)
-    assert [e.req.rid for e in s.next_batch(0.05, one)] == ["r0", "r1"]  # max wait reached
-    batch = s.next_batch(0.06, one)
+    assert s.next_batch(0.01) == [] and s.wait_timeout(0.01) == pytest.approx(0.04)
+    assert [e.req.rid for e in s.next_batch(0.05)] == ["r0", "r1"]  # max wait reached
+    batch = s.next_batch(0.06)
     assert batch == [] and s.wait_timeout(0.06) is None
     s.add(_entry("r2"), now=0.06)
     e0, e1 = s.entries["r0"], s.entries["r1"]
-    s.make_ready(e0, 0.07)
+    s.make_ready([e0], 0.07)
     s.pend(e1)
-    assert s.next_batch(0.07, one) == []
-    s.make_ready(e1, 0.08)
-    assert [e.req.rid for e in s.next_batch(0.08, one)] == ["r2", "r0", "r1"]  # threshold reached: whole queue
+    assert s.next_batch(0.07) == []
+    s.make_ready([e1], 0.08)
+    assert [e.req.rid for e in s.next_batch(0.08)] == ["r2", "r0", "r1"]  # threshold reached: whole queue
     assert e1.status is Status.RUNNING
 
 
@@ -88,12 +87,11 @@ def test_a_launch_rule_decides_on_the_own_ready_count_alone() -> None:
     s.threshold = 1  # ignored while a rule is set
     s.launch_mask = 0b1010  # N = 3: launch with 1 or 3 ready, wait with 2
     assert [s.launches(k) for k in range(5)] == [False, True, False, True, True]  # above N: bit N
-    one = lambda e: 1  # noqa: E731
     for i in range(2):
         s.add(_entry(f"r{i}"), now=0.0)
-    assert s.next_batch(0.01, one) == []
+    assert s.next_batch(0.01) == []
     s.add(_entry("r2"), now=0.02)
-    assert [e.req.rid for e in s.next_batch(0.02, one)] == ["r0", "r1", "r2"]
+    assert [e.req.rid for e in s.next_batch(0.02)] == ["r0", "r1", "r2"]
     s.launch_mask = 0
     assert not s.launches(3)
     s.launch_mask = None
@@ -103,11 +101,15 @@ def test_a_launch_rule_decides_on_the_own_ready_count_alone() -> None:
 def test_admission_reserves_kv_and_batches_respect_limits() -> None:
     s = Scheduler(capacity_tokens=60, page_size=4, max_batch_size=2, max_step_tokens=10, max_wait_s=0.0)
     assert "KV tokens" in s.add(_entry("huge", prompt=50, max_new=20), 0.0)
-    for i in range(4):
+    for i in range(3):
         s.add(_entry(f"r{i}"), 0.0)  # each reserves 4 + 8 + 4 = 16 tokens: 3 fit in 60
-    first = s.next_batch(0.0, lambda e: 4)
-    assert [e.req.rid for e in first] == ["r0", "r1"]  # max batch size 2
-    assert [e.req.rid for e in s.next_batch(0.0, lambda e: 4)] == ["r2"]  # r3 waits for KV
+    s.add(_entry("r3", prompt=11), 0.0)  # 11 + 8 + 4 = 23
+    first = s.next_batch(0.0)
+    assert [e.req.rid for e in first] == ["r0", "r1"]  # max batch size 2 (8 of 10 step tokens)
+    assert [e.req.rid for e in s.next_batch(0.0)] == ["r2"]  # r3 waits for KV
     assert s.entries["r3"].status is Status.WAITING
     s.remove("r0")
-    assert [e.req.rid for e in s.next_batch(0.0, lambda e: 11)] == ["r3"]  # over the token budget alone is ok
+    assert [e.req.rid for e in s.next_batch(0.0)] == ["r3"]  # over the token budget alone is ok
+    s.make_ready([s.entries["r1"], s.entries["r2"]], 0.0, input_len=6)  # extends: 6 + 6 > 10 tokens
+    assert [e.req.rid for e in s.next_batch(0.0)] == ["r1"]
+    assert [e.req.rid for e in s.next_batch(0.0)] == ["r2"]

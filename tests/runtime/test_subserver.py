@@ -58,7 +58,7 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
     try:
         meta = RequestMeta(8, SamplingParams(), 7, [])
         sub.handle(PeerMessage(PeerRequest("r", 0, [5, 6, 7], 3), sender=0, handoffs=1, meta=meta))
-        batch = sub.sched.next_batch(time.perf_counter(), lambda e: 3)
+        batch = sub.sched.next_batch(time.perf_counter())
         sub.run_batch(batch)  # the large model commits one token and hands the request back to model 0
         sub.flush(time.perf_counter())  # ... whose endpoint it does not know yet
         assert 0 in sub._outbox and not small_inbox.poll(100)
@@ -144,7 +144,7 @@ def test_a_route_to_a_model_that_does_not_exist_fails_only_that_request(tmp_path
         sub.algo.route = lambda step: [5 if r.seed == 13 else 0 for r in step.requests]
         for rid, seed in (("bad", 13), ("good", 7)):
             sub.handle(Submit(rid, [5, 6, 7], RequestMeta(4, SamplingParams(), seed, [])))
-        batch = sub.sched.next_batch(time.perf_counter(), lambda e: 3)
+        batch = sub.sched.next_batch(time.perf_counter())
         assert len(batch) == 2
         sub.run_batch(batch)
         [(rid, error)] = sub._report.failures

@@ -7,8 +7,10 @@ parked (another model generates for it) and resumed later by an extend over the 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 if TYPE_CHECKING:  # torch only for annotations: weightless engines never import it
     import torch
@@ -43,13 +45,13 @@ class SamplingParams:
         return not self.temperature >= GREEDY_TEMPERATURE
 
 
-@dataclass
-class StepItem:
-    """One request's share of a step: the new tokens to append to its KV (prefill, decode or extend)."""
+class StepItem(msgspec.Struct):
+    """One request's share of a step: the new tokens to append to its KV (prefill, decode or extend). A msgspec
+    Struct, not a dataclass: one is built per request per step, and its constructor runs in C (a third less)."""
 
     rid: str
     token_ids: list[int]
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    sampling: SamplingParams = msgspec.field(default_factory=SamplingParams)
     prompt_len: int = 0  # the request's prompt length (weightless engines place EOS by output position)
     banned_ids: tuple[int, ...] = ()  # ids this step may not sample (stop ids before min_new_tokens)
 

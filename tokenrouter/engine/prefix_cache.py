@@ -15,9 +15,10 @@ from __future__ import annotations
 import itertools
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
+from msgspec.structs import replace
 
 from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, StepItem, StepOutput, StepOutputs
 from tokenrouter.errors import CapacityError

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tokenrouter.api import RouterRequest
@@ -38,6 +37,7 @@ class Entry:
     reserved: int = 0  # KV tokens reserved at admission
     handoffs: int = 0  # hand-offs of this request so far (all models)
     stop_ids: frozenset[int] = field(default_factory=frozenset)
+    input_len: int = 1  # tokens its next step feeds (prefill: the prompt, decode: 1, extend: what it missed)
 
 
 class Scheduler:
@@ -70,12 +70,14 @@ class Scheduler:
         self._admit()
         return None
 
-    def make_ready(self, e: Entry, now: float) -> None:
-        """A request of this model has new tokens to process (after its own step or back from a peer)."""
-        if e.status is Status.WAITING:
-            return  # admission will queue it
-        e.status, e.since = Status.READY, now
-        self._ready[e.req.rid] = e
+    def make_ready(self, entries: list[Entry], now: float, input_len: int = 1) -> None:
+        """Requests of this model have `input_len` new tokens each to process: a step's stayers (1, a decode),
+        or one back from a peer (what it missed). A whole step's at once, in order: one call per step."""
+        ready = self._ready
+        for e in entries:
+            if e.status is not Status.WAITING:  # a waiting one: admission will queue it
+                e.status, e.since, e.input_len = Status.READY, now, input_len
+                ready[e.req.rid] = e
 
     def pend(self, e: Entry) -> None:
         e.status = Status.PENDING
@@ -100,6 +102,7 @@ class Scheduler:
             self._waiting.popleft()
             e.reserved = need
             e.status = Status.READY
+            e.input_len = e.req.seq_len  # new to this model: nothing of it in the KV yet
             self._ready[e.req.rid] = e
 
     def occupancy(self) -> dict[str, int]:
@@ -111,7 +114,7 @@ class Scheduler:
         """Requests ready to step or waiting for KV (which a release may have freed): `next_batch()` is due."""
         return bool(self._ready or self._waiting)
 
-    def next_batch(self, now: float, input_len: Callable[[Entry], int]) -> list[Entry]:
+    def next_batch(self, now: float) -> list[Entry]:
         """The batch to run now (empty: wait). Launches the whole queue (up to the batch size and token
         budget, oldest first) once >= threshold requests are ready or the oldest waited max_wait."""
         self._admit()
@@ -125,13 +128,17 @@ class Scheduler:
         batch: list[Entry] = []
         tokens = 0
         for e in self._ready.values():
-            n = input_len(e)
+            n = e.input_len
             if batch and (len(batch) >= self.max_batch_size or tokens + n > self.max_step_tokens):
                 break
             batch.append(e)
             tokens += n
+        if len(batch) == len(self._ready):
+            self._ready.clear()
+        else:
+            for e in batch:
+                del self._ready[e.req.rid]
         for e in batch:
-            del self._ready[e.req.rid]
             e.status = Status.RUNNING
         return batch
 

@@ -245,46 +245,49 @@ class Subserver:
         if self.engine.seq_len(msg.rid) > valid:
             self.engine.truncate(msg.rid, valid)
         e.handoffs = pm.handoffs
-        self.sched.make_ready(e, now)
+        self.sched.make_ready([e], now, max(1, e.req.seq_len - self.engine.seq_len(msg.rid)))
 
     # ---- stage 2: schedule and step ------------------------------------------------------------------------
 
-    def input_ids(self, e: Entry, kv: int) -> list[int]:
-        """tokens[kv:] for a request whose KV here holds `kv` tokens: decode = 1 token, prefill = prompt,
-        extend = the suffix missed while away."""
-        req = e.req
-        plen = len(req.prompt_ids)
-        start = handoff.step_start(kv, req.seq_len)
-        if start < kv:
-            self.engine.truncate(req.rid, start)
-        return req.output_ids[start - plen:] if start >= plen else req.tokens[start:]
-
     def run_batch(self, batch: list[Entry]) -> None:
+        """Step `batch`, route, and settle each request (commit and stream, finish, stay ready or hand off).
+        Both loops run per request per step, on the path of every batch and every hand-off: one pass each, no
+        comprehension frames, helpers only where a rule lives (handoff, finish)."""
         launched = time.perf_counter()
+        engine = self.engine
         reqs: list[RouterRequest] = []
         kv_before: list[int] = []
         items: list[StepItem] = []
         waited = 0.0
-        for e in batch:  # one pass, no comprehension frames: this runs on every hand-off's path
+        asked = 0  # outputs a finishing request's client asked for (RequestMeta.outputs bits)
+        for e in batch:
             req = e.req
+            rid, prompt, output = req.rid, req.prompt_ids, req.output_ids
+            plen = len(prompt)
+            kv = engine.seq_len(rid)
+            start = handoff.step_start(kv, plen + len(output))
+            if start < kv:
+                engine.truncate(rid, start)
             reqs.append(req)
-            kv = self.engine.seq_len(req.rid)
             kv_before.append(kv)
-            items.append(StepItem(req.rid, self.input_ids(e, kv), req.sampling, len(req.prompt_ids),
-                                  banned_ids(req.position, req.min_new_tokens, e.stop_ids)))
+            # the input is tokens[start:]: decode = 1 token, prefill = the prompt, extend = what was missed away
+            ids = output[start - plen:] if start >= plen else prompt[start:] + output
+            banned = banned_ids(len(output), req.min_new_tokens, e.stop_ids) if req.min_new_tokens else ()
+            items.append(StepItem(rid, ids, req.sampling, plen, banned))
             waited += launched - e.since
+            asked |= e.meta.outputs
         self.counters.wait_s += waited
         t0 = time.perf_counter()
         try:
-            out = self.engine.step(items, self.outputs_for(batch))
+            out = self.engine.step(items, self.outputs_for(asked))
             dests = self.algo.route(StepResult(self.index, reqs, out.next_tokens, out.logits, out.hidden))
             if len(dests) != len(batch):
                 raise ValueError(f"algorithm {self.algo.name!r} returned {len(dests)} destinations for "
                                  f"{len(batch)} requests")
-            for d in dests:
-                if not 0 <= d < self.num_models:
-                    raise ValueError(f"algorithm {self.algo.name!r} returned destination {d!r} "
-                                     f"({self.num_models} models)")
+            if dests and not (min(dests) >= 0 and max(dests) < self.num_models):  # in C: no per-request loop
+                bad = next(d for d in dests if not 0 <= d < self.num_models)
+                raise ValueError(f"algorithm {self.algo.name!r} returned destination {bad!r} "
+                                 f"({self.num_models} models)")
         except EngineFailure:
             raise  # the engine is gone (a TP rank died): stop, the front end fails every request
         except Exception as exc:  # a failed step fails its requests, never the server or their batch mates
@@ -296,27 +299,29 @@ class Subserver:
         c.steps += 1
         c.batch_total += len(batch)
         now = time.perf_counter()
+        algo, routes, chunks = self.algo, c.routes, self._report.chunks
+        stays: list[Entry] = []
         for row, (e, tok, dest) in enumerate(zip(batch, out.next_tokens, dests, strict=True)):
-            c.routes[dest] += 1
-            settled = handoff.settle(self.algo, e.req, dest, int(tok), e.stop_ids)
-            if settled.committed:
-                self.stream(e)
+            routes[dest] += 1
+            req = e.req
+            settled = handoff.settle(algo, req, dest, int(tok), e.stop_ids)
+            if settled.committed:  # stream it, with its output index: chunks of two models may arrive out of order
+                chunks.append((req.rid, len(req.output_ids) - 1, req.output_ids[-1:]))
+                c.committed += 1
             if settled.finish:
                 if e.meta.outputs:
-                    self._report.outputs.append((e.req.rid, _row(out.logits, row, e.meta.outputs & OUT_LOGITS),
+                    self._report.outputs.append((req.rid, _row(out.logits, row, e.meta.outputs & OUT_LOGITS),
                                                  _row(out.hidden, row, e.meta.outputs & OUT_HIDDEN)))
                 self.finish(e, settled.finish)
             elif settled.peer is None:
-                self.sched.make_ready(e, now)
+                stays.append(e)
             else:
                 self.hand_off(e, settled.peer)
+        self.sched.make_ready(stays, now)
 
-    def outputs_for(self, batch: list[Entry]) -> StepOutputs:
-        """What this step must return: what the algorithm reads, plus what a finishing request's client asked
-        for (`RequestMeta.outputs`: Std. Serving's dispatcher, /generate's return_logits)."""
-        asked = 0
-        for e in batch:
-            asked |= e.meta.outputs
+    def outputs_for(self, asked: int) -> StepOutputs:
+        """What this step must return: what the algorithm reads, plus what the batch's clients `asked` for
+        (`RequestMeta.outputs` bits: Std. Serving's dispatcher, /generate's return_logits)."""
         if not asked:
             return self.step_outputs
         return self.step_outputs | {name for bit, name in _OUTPUT_BITS if asked & bit}
@@ -332,13 +337,6 @@ class Subserver:
             return
         for e in batch:
             self.run_batch([e])
-
-    def stream(self, e: Entry) -> None:
-        """Send the token just committed to the front end (with its output index: chunks from different
-        models may arrive out of order)."""
-        out = e.req.output_ids
-        self._report.chunks.append((e.req.rid, len(out) - 1, out[-1:]))
-        self.counters.committed += 1
 
     def finish(self, e: Entry, reason: str) -> None:
         self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.handoffs))
@@ -429,7 +427,7 @@ class Subserver:
         (when `block`) until a frame arrives or a timer is due, sooner while a direct link holds a backlog."""
         start = time.perf_counter()
         self.drain(self._events)
-        batch = self.sched.next_batch(start, lambda e: max(1, e.req.seq_len - self.engine.seq_len(e.req.rid)))
+        batch = self.sched.next_batch(start)
         if batch:
             step_before = self.counters.step_s
             self.run_batch(batch)
