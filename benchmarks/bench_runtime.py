@@ -10,6 +10,8 @@ overhead:   zero-latency sim engine, one model (`stay`): the subserver's own loo
 batch:      what one more request in a decode batch costs: one zero-latency sim model (`stay`) in this process,
             batches of 1-256, CPU per request per step, the engine step + route and the runtime apart. What a
             GPU deployment's large batches pay on the CPU every step (256 x 5 us = 1.3 ms of a 20 ms decode step).
+gc:         the cyclic GC's pauses during `batch`'s 256-request run with torch imported: a full collection walks
+            every object start-up made unless they are frozen (as subserver.main does), alternating both ways.
 loop:       the hand-off round trip's own CPU cost: the two subservers of `handoff` in this one process over
             real direct links, iterating in turn (a subserver with nothing to do polls once more, where a
             blocked one would wake): no wake-ups, no scheduling, no other process. The floor `handoff` stands on,
@@ -182,6 +184,42 @@ def batch(steps: int) -> None:
     print(f"load average {os.getloadavg()[0]:.1f}")
 
 
+class _GcPauses:
+    """A gc.callbacks hook: each collection's pause, per generation."""
+
+    def __init__(self) -> None:
+        self.pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses[info["generation"]].append(time.perf_counter() - self._started)
+
+
+def gc_pauses(steps: int) -> None:
+    """The cyclic GC's pauses in a subserver-like heap (torch imported, as a torch / SGLang subserver has it)
+    over `batch`'s 256-request run, with the start-up heap tracked and frozen (subserver.main freezes it)."""
+    import gc
+
+    import torch  # noqa: F401  (its ~150k objects are what a full collection walks)
+
+    print("== cyclic GC pauses, 256 requests decoding, torch imported (subserver.main calls gc.freeze()) ==")
+    for frozen in (False, True, False, True):
+        if frozen:
+            gc.freeze()
+        timed = _GcPauses()
+        gc.callbacks.append(timed)
+        total, _ = _batch_cost_us(256, steps)
+        gc.callbacks.remove(timed)
+        gc.unfreeze()
+        pauses, full = timed.pauses, timed.pauses[2]
+        print(f"{'frozen' if frozen else 'tracked'}: {total:.2f} us CPU per request-step; full collections "
+              f"{len(full)}, longest {max(full, default=0) * 1e3:.1f} ms; young ones {len(pauses[0]) + len(pauses[1])} "
+              f"in {sum(pauses[0] + pauses[1]) * 1e3:.1f} ms", flush=True)
+
+
 def loop(tokens: int) -> None:
     print("== hand-off round trip, loop CPU only (both subservers in one process, zero-latency sims) ==")
     costs = sorted(_loop_cost_us(tokens) for _ in range(5))
@@ -315,12 +353,12 @@ async def thresholds(window_s: float, warmup_s: float, ns: list[int], link: str,
             print(f"   N={n}: best measured B1={best_m}, best predicted B1={best_p}{auto}", flush=True)
 
 
-SECTIONS = ("overhead", "batch", "loop", "handoff", "thresholds")
+SECTIONS = ("overhead", "batch", "gc", "loop", "handoff", "thresholds")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sections", nargs="*", metavar="{overhead,batch,loop,handoff,thresholds}",
+    ap.add_argument("sections", nargs="*", metavar="{overhead,batch,gc,loop,handoff,thresholds}",
                     help="which figures (default: all)")
     ap.add_argument("--tokens", type=int, default=5000, help="tokens per request for overhead / loop / handoff")
     ap.add_argument("--steps", type=int, default=200, help="batch: decode steps measured per batch size")
@@ -342,6 +380,8 @@ def main() -> None:
             asyncio.run(overhead(args.tokens))
         if "batch" in args.sections:
             batch(args.steps)
+        if "gc" in args.sections:
+            gc_pauses(2 * args.steps)
         if "loop" in args.sections:
             loop(args.tokens)
         if "handoff" in args.sections:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import math
 import os
 import signal
@@ -209,6 +210,7 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
+            gc.freeze()  # start-up's objects (tokenizer, app) out of the cyclic GC's full collections (subserver.py)
             host, port = sock.getsockname()[:2]
             print(ready_line(f"http://{host}:{port}", f"model {name!r}: {names}, algorithm {algorithm.name}; "
                                                       f"thresholds: {frontend.thresholds_source}"), flush=True)
