@@ -22,6 +22,7 @@ partial requests.jsonl is kept, and the run ends with one clear error (no summar
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import random
@@ -250,7 +251,14 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
             except Exception as exc:  # noqa: BLE001 - a system that cannot start is a failed run, not a bug here
                 raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
             await warm_up(system, prep, warmup, clients, cfg.system.name)
-            results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
+            # what exists now (engines run in this process by lock-step / Std. Serving, torch) is out of the
+            # cyclic GC's full collections for the measured part, as in TokenRouter's subservers: a full one
+            # over torch's heap stalls ~100 ms, and every system must get the same treatment
+            gc.freeze()
+            try:
+                results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
+            finally:
+                gc.unfreeze()
             stats = system.stats()
             extra = system.summary_extra()
         finally:
