@@ -254,6 +254,7 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
             # what exists now (engines run in this process by lock-step / Std. Serving, torch) is out of the
             # cyclic GC's full collections for the measured part, as in TokenRouter's subservers: a full one
             # over torch's heap stalls ~100 ms, and every system must get the same treatment
+            gc.collect()
             gc.freeze()
             try:
                 results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)

@@ -210,7 +210,8 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
-            gc.freeze()  # start-up's objects (tokenizer, app) out of the cyclic GC's full collections (subserver.py)
+            gc.collect()  # start-up's objects (tokenizer, app) out of the cyclic GC's full collections (subserver.py)
+            gc.freeze()
             host, port = sock.getsockname()[:2]
             print(ready_line(f"http://{host}:{port}", f"model {name!r}: {names}, algorithm {algorithm.name}; "
                                                       f"thresholds: {frontend.thresholds_source}"), flush=True)

@@ -551,6 +551,7 @@ def main(blob: bytes) -> None:
         ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
         # Everything start-up made (torch, the model: ~170k objects) out of the cyclic GC's sight: a full
         # collection over it stalls the loop ~100 ms mid-serving, every few hundred ms of load; frozen, ~8 ms.
+        gc.collect()  # start-up's garbage first: what is frozen is never collected
         gc.freeze()
         to_frontend.send(encode([ready]))
         Subserver(cfg, engine, algo, ctx, inbox, to_frontend, listener).run()
