@@ -27,29 +27,10 @@ import time
 from pathlib import Path
 
 import httpx
+from serve_process import ROOT, start_server
 
-from tokenrouter.runtime.http_ready import ready_url
-
-ROOT = Path(__file__).resolve().parents[1]
 SERVE = ["models=tiny-random", "algorithm=bernoulli", "server.port=0",
          "+models.members.0.kv_tokens=1024", "+models.members.1.kv_tokens=1024"]
-READY_TIMEOUT_S = 300.0
-
-
-def start(overrides: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "tokenrouter", "serve", *SERVE, *overrides], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        url = ready_url(line)
-        if url is not None:
-            return proc, url
-        if not line and proc.poll() is not None:
-            sys.exit(f"fuzz: the server exited with {proc.returncode} before it was ready")
-    proc.kill()
-    sys.exit("fuzz: the server was not ready in time")
 
 
 def schemathesis_cli() -> str:
@@ -95,7 +76,7 @@ def main() -> int:
     ap.add_argument("overrides", nargs="*", help="extra `tokenrouter serve` overrides")
     args = ap.parse_args()
     t0 = time.monotonic()
-    proc, url = start(args.overrides)
+    proc, url = start_server([*SERVE, *args.overrides], "fuzz")
     try:
         with tempfile.TemporaryDirectory() as tmp:
             report = Path(tmp) / "events.ndjson"

@@ -1,0 +1,83 @@
+"""What the HTTP front end costs per token: `tokenrouter serve` on sim models driven by many aiohttp clients.
+
+    .venv/bin/python benchmarks/bench_http.py [--concurrency 16 128 256] [--tokens 200]
+
+Why: `vllm bench serve`, SGLang's `bench_serving` and lm-eval drive this server; at high concurrency the
+front end (one asyncio process: the runtime's front end, FastAPI / uvicorn, SSE framing) is on the path of
+every token, and on a GPU host it can cap throughput before the models do. One sim model (`stay`, 6 ms steps)
+so the step rate is known: for each concurrency, streamed and whole answers (`/v1/completions`), the token
+rate at the clients against the sim's ceiling (concurrency / 6 ms), and CPU per token of the server process,
+the subserver (the sim's step spins its last 1 ms: not a runtime cost) and this client process. aiohttp, as
+the serving benchmarks use: httpx's connection pool scans every connection per request (quadratic in them),
+which made the client, not the server, the bottleneck at 128 connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from serve_process import start_server
+
+STEP_MS = 6.0
+SERVE = ["models=sim-r2r", "algorithm=stay", "server.port=0", "runtime.max_batch_size=1024"]
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _drive(url: str, concurrency: int, tokens: int, stream: bool, pids: list[int]) -> str:
+    import aiohttp
+
+    async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def one(i: int, n: int) -> int:
+            body = {"model": "sim-r2r", "prompt": [1, 2, 3, i], "max_tokens": n, "stream": stream,
+                    "temperature": 0, "ignore_eos": True}
+            async with session.post("/v1/completions", json=body) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"bench_http: HTTP {resp.status}: {await resp.text()}")
+                if not stream:
+                    return (await resp.json())["usage"]["completion_tokens"]
+                return sum([line.startswith(b"data: {") async for line in resp.content])
+
+        await asyncio.gather(*(one(i, 10) for i in range(concurrency)))  # warm-up: connections open
+        before = [_cpu_s(pid) for pid in pids] + [time.process_time()]
+        t0 = time.perf_counter()
+        got = await asyncio.gather(*(one(i, tokens) for i in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+        after = [_cpu_s(pid) for pid in pids] + [time.process_time()]
+    total = concurrency * tokens
+    if not stream and sum(got) != total:
+        raise RuntimeError(f"bench_http: {sum(got)} tokens came back, {total} asked for")
+    server, sub, client = ((b - a) * 1e6 / total for a, b in zip(before, after, strict=True))
+    return (f"concurrency {concurrency:>3} {'streamed' if stream else 'whole   '}: {total / elapsed:8,.0f} tok/s "
+            f"({total / elapsed / (concurrency * 1000 / STEP_MS):.0%} of the sim's ceiling); CPU per token: server "
+            f"{server:.1f} us, subserver {sub:.1f}, client {client:.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 128, 256])
+    ap.add_argument("--tokens", type=int, default=200, help="tokens per request")
+    args = ap.parse_args()
+    proc, url = start_server(SERVE, "bench_http")
+    try:
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        pids = [proc.pid, int(children[0])]
+        print(f"== HTTP front end: tokenrouter serve, one sim model ({STEP_MS:g} ms steps, `stay`), aiohttp clients ==")
+        for concurrency in args.concurrency:
+            for stream in (True, False):
+                print(asyncio.run(_drive(url, concurrency, args.tokens, stream, pids)), flush=True)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (server, subserver and clients share them)")
+    finally:
+        proc.terminate()
+        proc.wait()
+
+
+if __name__ == "__main__":
+    main()
