@@ -17,10 +17,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 
 from serve_process import start_server
+
+try:
+    import aiohttp
+except ImportError:
+    sys.exit("bench_http: aiohttp is not installed (pip install -e '.[dev]')")
 
 STEP_MS = 6.0
 SERVE = ["models=sim-r2r", "algorithm=stay", "server.port=0", "runtime.max_batch_size=1024"]
@@ -32,8 +38,6 @@ def _cpu_s(pid: int) -> float:
 
 
 async def _drive(url: str, concurrency: int, tokens: int, stream: bool, pids: list[int]) -> str:
-    import aiohttp
-
     async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0)) as session:
         async def one(i: int, n: int) -> int:
             body = {"model": "sim-r2r", "prompt": [1, 2, 3, i], "max_tokens": n, "stream": stream,
