@@ -6,8 +6,9 @@ Why: `vllm bench serve`, SGLang's `bench_serving` and lm-eval drive this server;
 front end (one asyncio process: the runtime's front end, FastAPI / uvicorn, SSE framing) is on the path of
 every token, and on a GPU host it can cap throughput before the models do. One sim model (`stay`, 6 ms steps)
 so the step rate is known: for each concurrency, streamed and whole answers (`/v1/completions`), the token
-rate at the clients against the sim's ceiling (concurrency / 6 ms), and CPU per token of the server process,
-the subserver (the sim's step spins its last 1 ms: not a runtime cost) and this client process. aiohttp, as
+rate at the clients against the sim's ceiling (concurrency / 6 ms; `sim-r2r`'s second model stays idle), and
+CPU per token of the server process, its subservers (the sim's step spins its last 1 ms: not a runtime cost)
+and this client process. Every request's completion_tokens (streamed: from the usage chunk) is checked. aiohttp, as
 the serving benchmarks use: httpx's connection pool scans every connection per request (quadratic in them),
 which made the client, not the server, the bottleneck at 128 connections.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -37,31 +39,38 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _drive(url: str, concurrency: int, tokens: int, stream: bool, pids: list[int]) -> str:
+async def _drive(url: str, concurrency: int, tokens: int, stream: bool, server: int, children: list[int]) -> str:
     async with aiohttp.ClientSession(url, connector=aiohttp.TCPConnector(limit=0)) as session:
         async def one(i: int, n: int) -> int:
             body = {"model": "sim-r2r", "prompt": [1, 2, 3, i], "max_tokens": n, "stream": stream,
-                    "temperature": 0, "ignore_eos": True}
+                    "temperature": 0, "ignore_eos": True, "stream_options": {"include_usage": True} if stream else None}
             async with session.post("/v1/completions", json=body) as resp:
                 if resp.status != 200:
                     raise RuntimeError(f"bench_http: HTTP {resp.status}: {await resp.text()}")
                 if not stream:
                     return (await resp.json())["usage"]["completion_tokens"]
-                return sum([line.startswith(b"data: {") async for line in resp.content])
+                last = b""
+                async for line in resp.content:  # the usage chunk is the last before [DONE]
+                    if line.startswith(b"data: {"):
+                        last = line
+                event = json.loads(last[len(b"data: "):])
+                if "error" in event or not event.get("usage"):
+                    raise RuntimeError(f"bench_http: the stream ended with {last[:200]!r}")
+                return event["usage"]["completion_tokens"]
 
         await asyncio.gather(*(one(i, 10) for i in range(concurrency)))  # warm-up: connections open
-        before = [_cpu_s(pid) for pid in pids] + [time.process_time()]
+        before = [_cpu_s(server), sum(map(_cpu_s, children)), time.process_time()]
         t0 = time.perf_counter()
         got = await asyncio.gather(*(one(i, tokens) for i in range(concurrency)))
         elapsed = time.perf_counter() - t0
-        after = [_cpu_s(pid) for pid in pids] + [time.process_time()]
+        after = [_cpu_s(server), sum(map(_cpu_s, children)), time.process_time()]
     total = concurrency * tokens
-    if not stream and sum(got) != total:
+    if sum(got) != total:
         raise RuntimeError(f"bench_http: {sum(got)} tokens came back, {total} asked for")
     server, sub, client = ((b - a) * 1e6 / total for a, b in zip(before, after, strict=True))
     return (f"concurrency {concurrency:>3} {'streamed' if stream else 'whole   '}: {total / elapsed:8,.0f} tok/s "
             f"({total / elapsed / (concurrency * 1000 / STEP_MS):.0%} of the sim's ceiling); CPU per token: server "
-            f"{server:.1f} us, subserver {sub:.1f}, client {client:.1f}")
+            f"{server:.1f} us, subservers {sub:.1f}, client {client:.1f}")
 
 
 def main() -> None:
@@ -71,12 +80,11 @@ def main() -> None:
     args = ap.parse_args()
     proc, url = start_server(SERVE, "bench_http")
     try:
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-        pids = [proc.pid, int(children[0])]
+        children = [int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
         print(f"== HTTP front end: tokenrouter serve, one sim model ({STEP_MS:g} ms steps, `stay`), aiohttp clients ==")
         for concurrency in args.concurrency:
             for stream in (True, False):
-                print(asyncio.run(_drive(url, concurrency, args.tokens, stream, pids)), flush=True)
+                print(asyncio.run(_drive(url, concurrency, args.tokens, stream, proc.pid, children)), flush=True)
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (server, subserver and clients share them)")
     finally:
         proc.terminate()

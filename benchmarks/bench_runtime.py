@@ -49,6 +49,7 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.sim import SimEngine
 from tokenrouter.generation import GenerationRequest
+from tokenrouter.heap import freeze_startup
 from tokenrouter.runtime import unix_link
 from tokenrouter.runtime.frontend import TokenRouterFrontend
 from tokenrouter.runtime.ipc import bind_inbox
@@ -158,18 +159,19 @@ def _loop_cost_us(tokens: int) -> float:
 
 
 def _batch_cost_us(batch: int, steps: int) -> tuple[float, float]:
-    """CPU microseconds of this thread per request per step with `batch` requests decoding together on one
-    zero-latency sim model (`stay`): (everything, the engine step alone)."""
+    """Microseconds per request per step with `batch` requests decoding together on one zero-latency sim model
+    (`stay`): (everything, the engine step + route alone). Wall time for both (the engine's share is timed by
+    the subserver with perf_counter): a preempted run reads high in both, so callers take the best of a few."""
     run = _InProcess([_sim("m", 0.0, 1)], "stay", {})
     for i in range(batch):
         run.submit(f"r{i}", steps + 50)
     sub = run.subs[0]
     while sub.counters.steps < 20:  # prefills done, every request decoding
         run.iterate()
-    c0, s0, n0 = time.thread_time(), sub.counters.step_s, sub.counters.batch_total
+    c0, s0, n0 = time.perf_counter(), sub.counters.step_s, sub.counters.batch_total
     while sub.counters.batch_total - n0 < batch * steps:
         run.iterate()
-    elapsed, engine = time.thread_time() - c0, sub.counters.step_s - s0
+    elapsed, engine = time.perf_counter() - c0, sub.counters.step_s - s0
     rows = sub.counters.batch_total - n0
     run.close()
     return elapsed / rows * 1e6, engine / rows * 1e6
@@ -179,7 +181,7 @@ def batch(steps: int) -> None:
     print("== per-request cost of a decode step (one zero-latency sim model, `stay`, one process) ==")
     for size in (1, 16, 64, 256):
         total, engine = min(_batch_cost_us(size, steps) for _ in range(3))
-        print(f"batch {size:>3}: {total:6.2f} us CPU per request-step ({engine:.2f} of it the sim engine step + "
+        print(f"batch {size:>3}: {total:6.2f} us per request-step ({engine:.2f} of it the sim engine step + "
               f"route, {total - engine:.2f} the runtime), best of 3", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f}")
 
@@ -200,22 +202,23 @@ class _GcPauses:
 
 def gc_pauses(steps: int) -> None:
     """The cyclic GC's pauses in a subserver-like heap (torch imported, as a torch / SGLang subserver has it)
-    over `batch`'s 256-request run, with the start-up heap tracked and frozen (subserver.main freezes it)."""
+    over `batch`'s 256-request run (its set-up included), with the start-up heap tracked and frozen (as
+    tokenrouter.heap.freeze_startup() does in every subserver)."""
     import gc
 
     import torch  # noqa: F401  (its ~150k objects are what a full collection walks)
 
-    print("== cyclic GC pauses, 256 requests decoding, torch imported (subserver.main calls gc.freeze()) ==")
+    print("== cyclic GC pauses, 256 requests decoding, torch imported (every subserver freezes its start-up heap) ==")
     for frozen in (False, True, False, True):
         if frozen:
-            gc.freeze()
+            freeze_startup()
         timed = _GcPauses()
         gc.callbacks.append(timed)
         total, _ = _batch_cost_us(256, steps)
         gc.callbacks.remove(timed)
         gc.unfreeze()
         pauses, full = timed.pauses, timed.pauses[2]
-        print(f"{'frozen' if frozen else 'tracked'}: {total:.2f} us CPU per request-step; full collections "
+        print(f"{'frozen' if frozen else 'tracked'}: {total:.2f} us per request-step; full collections "
               f"{len(full)}, longest {max(full, default=0) * 1e3:.1f} ms; young ones {len(pauses[0]) + len(pauses[1])} "
               f"in {sum(pauses[0] + pauses[1]) * 1e3:.1f} ms", flush=True)
 

@@ -40,6 +40,7 @@ from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 from tokenrouter.generation import GenerationRequest, GenerationResult
+from tokenrouter.heap import freeze_startup
 from tokenrouter.system import ServingSystem
 
 log = logging.getLogger(__name__)
@@ -252,10 +253,9 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
                 raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
             await warm_up(system, prep, warmup, clients, cfg.system.name)
             # what exists now (engines run in this process by lock-step / Std. Serving, torch) is out of the
-            # cyclic GC's full collections for the measured part, as in TokenRouter's subservers: a full one
-            # over torch's heap stalls ~100 ms, and every system must get the same treatment
-            gc.collect()
-            gc.freeze()
+            # cyclic GC's full collections for the measured part, as in TokenRouter's subservers (heap.py):
+            # every system gets the same treatment
+            freeze_startup()
             try:
                 results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
             finally:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import math
 import os
 import signal
@@ -189,6 +188,7 @@ def _text_setup(models: list[Any]) -> tuple[Any, int | None]:
 async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
     """Start the front end, then uvicorn on the bound socket; close the front end however serving ends."""
     from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs, seed_value
+    from tokenrouter.heap import freeze_startup
     from tokenrouter.runtime.frontend import RuntimeFailure, TokenRouterFrontend
     from tokenrouter.runtime.http_ready import ready_line
     from tokenrouter.runtime.http_server import ServerOptions, create_app
@@ -210,8 +210,7 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if server.started:
-            gc.collect()  # start-up's objects (tokenizer, app) out of the cyclic GC's full collections (subserver.py)
-            gc.freeze()
+            freeze_startup()  # the tokenizer, the app: out of the cyclic GC's full collections
             host, port = sock.getsockname()[:2]
             print(ready_line(f"http://{host}:{port}", f"model {name!r}: {names}, algorithm {algorithm.name}; "
                                                       f"thresholds: {frontend.thresholds_source}"), flush=True)

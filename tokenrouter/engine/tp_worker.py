@@ -14,6 +14,7 @@ import sys
 from tokenrouter.children import die_with_parent
 from tokenrouter.engine.tp import RankConfig, apply_command, build_rank_engine, init_group, recv_command
 from tokenrouter.errors import first_line
+from tokenrouter.heap import freeze_startup
 
 
 def main(blob: bytes) -> int:
@@ -23,6 +24,7 @@ def main(blob: bytes) -> int:
     try:
         group = init_group(cfg)
         engine = build_rank_engine(cfg)
+        freeze_startup()  # a full collection in one rank would stall every rank at the next collective
         while apply_command(engine, recv_command(group)):
             pass
     except Exception as exc:

@@ -11,7 +11,6 @@ When nothing is due the loop blocks on its sources (epoll with a timeout; `runti
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import signal
 import statistics
@@ -33,6 +32,7 @@ from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutputName, StepOutputs
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
+from tokenrouter.heap import freeze_startup
 from tokenrouter.runtime import unix_link
 from tokenrouter.runtime.fd_poll import FdPoller
 from tokenrouter.runtime.ipc import CurveKeys, PushLink, bind_inbox, connect_outbox, start_authenticator
@@ -285,7 +285,7 @@ class Subserver:
             if len(dests) != len(batch):
                 raise ValueError(f"algorithm {self.algo.name!r} returned {len(dests)} destinations for "
                                  f"{len(batch)} requests")
-            if dests and not (min(dests) >= 0 and max(dests) < self.num_models):  # in C: no per-request loop
+            if batch and not (min(dests) >= 0 and max(dests) < self.num_models):  # in C: no per-request loop
                 bad = next(d for d in dests if not 0 <= d < self.num_models)
                 raise ValueError(f"algorithm {self.algo.name!r} returned destination {bad!r} "
                                  f"({self.num_models} models)")
@@ -549,10 +549,7 @@ def main(blob: bytes) -> None:
         inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}", keys)
         listener = Listener(unix_link.peer_path(cfg.where, cfg.index)) if direct else None
         ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
-        # Everything start-up made (torch, the model: ~170k objects) out of the cyclic GC's sight: a full
-        # collection over it stalls the loop ~100 ms mid-serving, every few hundred ms of load; frozen, ~8 ms.
-        gc.collect()  # start-up's garbage first: what is frozen is never collected
-        gc.freeze()
+        freeze_startup()  # torch and the model out of the cyclic GC's full collections (~100 ms each)
         to_frontend.send(encode([ready]))
         Subserver(cfg, engine, algo, ctx, inbox, to_frontend, listener).run()
     except SystemExit:
