@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from proc_stat import cpu_seconds
 from serve_process import start_server
 
 try:
@@ -32,11 +33,6 @@ except ImportError:
 
 STEP_MS = 6.0
 SERVE = ["models=sim-r2r", "algorithm=stay", "server.port=0", "runtime.max_batch_size=1024"]
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _drive(url: str, concurrency: int, tokens: int, stream: bool, server: int, children: list[int]) -> str:
@@ -59,11 +55,11 @@ async def _drive(url: str, concurrency: int, tokens: int, stream: bool, server: 
                 return event["usage"]["completion_tokens"]
 
         await asyncio.gather(*(one(i, 10) for i in range(concurrency)))  # warm-up: connections open
-        before = [_cpu_s(server), sum(map(_cpu_s, children)), time.process_time()]
+        before = [cpu_seconds(server), sum(map(cpu_seconds, children)), time.process_time()]
         t0 = time.perf_counter()
         got = await asyncio.gather(*(one(i, tokens) for i in range(concurrency)))
         elapsed = time.perf_counter() - t0
-        after = [_cpu_s(server), sum(map(_cpu_s, children)), time.process_time()]
+        after = [cpu_seconds(server), sum(map(cpu_seconds, children)), time.process_time()]
     total = concurrency * tokens
     if sum(got) != total:
         raise RuntimeError(f"bench_http: {sum(got)} tokens came back, {total} asked for")

@@ -38,11 +38,11 @@ import statistics
 import tempfile
 import time
 from dataclasses import asdict
-from pathlib import Path
 
 import idle_state
 import zmq
 from burner import Burner
+from proc_stat import cpu_seconds
 
 from tokenrouter.api import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
@@ -244,11 +244,11 @@ async def handoff(tokens: int, rounds: int, links: list[str], spins: list[float]
             rt = RuntimeConfig(thresholds=[1, 1], peer_link=link, spin_us=spin)
             async with TokenRouterFrontend(models, algo, rt) as fe:
                 await _token_gaps_us(fe, 500, 1)
-                before = [time.process_time(), *(_cpu_s(pid) for pid in fe.pids)]
+                before = [time.process_time(), *(cpu_seconds(pid) for pid in fe.pids)]
                 t0 = time.perf_counter()
                 gaps[link, spin] += await _token_gaps_us(fe, tokens // rounds, 1)
                 wall[link, spin] += time.perf_counter() - t0
-                after = [time.process_time(), *(_cpu_s(pid) for pid in fe.pids)]
+                after = [time.process_time(), *(cpu_seconds(pid) for pid in fe.pids)]
                 cpu[link, spin] = [c + b - a for c, a, b in zip(cpu[link, spin], before, after, strict=True)]
     first = statistics.median(next(iter(gaps.values())))
     for (link, spin), g in gaps.items():
@@ -259,16 +259,6 @@ async def handoff(tokens: int, rounds: int, links: list[str], spins: list[float]
               f"{len(g)} tokens, {first / median:.2f}x the first; CPU per round trip: front end + client "
               f"{front:.0f} us, small {small:.0f}, large {large:.0f}")
     print(f"load average {os.getloadavg()[0]:.1f}; {idle_state.describe()}")
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far (Linux /proc; 0 elsewhere). Clock-tick resolution
-    (10 ms): meant for runs of seconds. A spinning subserver's spin counts as its CPU."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _predictor():

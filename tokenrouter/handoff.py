@@ -38,7 +38,7 @@ def settle(algo: RoutingAlgorithm, req: RouterRequest, dest: int, token: int, st
     committed = dest == here or algo.keeps_token(req, dest)
     reason = ""
     if committed:
-        req.output_ids.append(int(token))  # an engine may sample numpy / tensor ints: ids stay plain
+        req.commit(token)
         reason = finish_reason(token, len(req.output_ids), req.max_new_tokens, stop_ids, req.min_new_tokens)
     return Settled(committed, reason, None if reason or dest == here else dest)
 

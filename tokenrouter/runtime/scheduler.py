@@ -133,12 +133,8 @@ class Scheduler:
                 break
             batch.append(e)
             tokens += n
-        if len(batch) == len(self._ready):
-            self._ready.clear()
-        else:
-            for e in batch:
-                del self._ready[e.req.rid]
         for e in batch:
+            del self._ready[e.req.rid]
             e.status = Status.RUNNING
         return batch
 

@@ -243,10 +243,12 @@ class Subserver:
             self.admit(e, now)  # on failure the sender is told to release it too
             return
         valid = handoff.receive(self.algo, msg, e.req, pm.sender)
-        if self.engine.seq_len(msg.rid) > valid:
+        kv = self.engine.seq_len(msg.rid)
+        if kv > valid:
             self.engine.truncate(msg.rid, valid)
+            kv = valid
         e.handoffs = pm.handoffs
-        self.sched.make_ready([e], now, max(1, e.req.seq_len - self.engine.seq_len(msg.rid)))
+        self.sched.make_ready([e], now, max(1, e.req.seq_len - kv))
 
     # ---- stage 2: schedule and step ------------------------------------------------------------------------
 
