@@ -1,6 +1,6 @@
 """What the HTTP front end costs per token: `tokenrouter serve` on sim models driven by many aiohttp clients.
 
-    .venv/bin/python benchmarks/bench_http.py [--concurrency 16 128 256] [--tokens 200]
+    .venv/bin/python benchmarks/bench_http.py [--concurrency 16 128 256] [--tokens 200] [--event-loops auto,asyncio] [--http httptools,h11]
 
 Why: `vllm bench serve`, SGLang's `bench_serving` and lm-eval drive this server; at high concurrency the
 front end (one asyncio process: the runtime's front end, FastAPI / uvicorn, SSE framing) is on the path of
@@ -10,7 +10,10 @@ rate at the clients against the sim's ceiling (concurrency / 6 ms; `sim-r2r`'s s
 CPU per token of the server process, its subservers (the sim's step spins its last 1 ms: not a runtime cost)
 and this client process. Every request's completion_tokens (streamed: from the usage chunk) is checked. aiohttp, as
 the serving benchmarks use: httpx's connection pool scans every connection per request (quadratic in them),
-which made the client, not the server, the bottleneck at 128 connections.
+which made the client, not the server, the bottleneck at 128 connections. `--event-loops auto,asyncio` x `--http
+httptools,h11` starts one server per `$TOKENROUTER_EVENT_LOOP` setting (tokenrouter/event_loop.py) and HTTP parser
+(`server.http`) and drives them in turn, each concurrency and mode on every server back to back, so a shared
+machine's drift hits all alike.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from proc_stat import cpu_seconds
 from serve_process import start_server
+
+from tokenrouter import event_loop
 
 try:
     import aiohttp
@@ -73,18 +79,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[16, 128, 256])
     ap.add_argument("--tokens", type=int, default=200, help="tokens per request")
+    ap.add_argument("--event-loops", default=os.environ.get(event_loop.ENV, "auto"),
+                    help="comma-separated $TOKENROUTER_EVENT_LOOP settings, one server each, driven in turn")
+    ap.add_argument("--http", default="httptools", help="comma-separated server.http parsers, one server each")
     args = ap.parse_args()
-    proc, url = start_server(SERVE, "bench_http")
+    servers: dict[str, tuple[subprocess.Popen, str, list[int]]] = {}
     try:
-        children = [int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        for loop in args.event_loops.split(","):
+            for parser in args.http.split(","):
+                proc, url = start_server([*SERVE, f"server.http={parser}"], "bench_http", {event_loop.ENV: loop})
+                children = [int(pid) for pid in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+                servers[f"{event_loop.ENV}={loop} server.http={parser}"] = (proc, url, children)
         print(f"== HTTP front end: tokenrouter serve, one sim model ({STEP_MS:g} ms steps, `stay`), aiohttp clients ==")
         for concurrency in args.concurrency:
             for stream in (True, False):
-                print(asyncio.run(_drive(url, concurrency, args.tokens, stream, proc.pid, children)), flush=True)
+                for name, (proc, url, children) in servers.items():
+                    line = asyncio.run(_drive(url, concurrency, args.tokens, stream, proc.pid, children))
+                    print(f"{name}: {line}" if len(servers) > 1 else line, flush=True)
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (server, subserver and clients share them)")
     finally:
-        proc.terminate()
-        proc.wait()
+        for proc, _, _ in servers.values():
+            proc.terminate()
+            proc.wait()
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ loop:       the hand-off round trip's own CPU cost: the two subservers of `hando
             as this thread's CPU time (time other tenants take from it does not count; their cache use does).
 handoff:    two zero-latency sim engines, bernoulli route_prob=1: every token is small step -> hand-off ->
             large step (commit) -> hand-off back, so the median gap between streamed tokens is one hand-off
-            round trip (two engine iterations included), for each `--links` x `--spin-us` setting in
-            alternating rounds. Goal <= 150 us idle, <= 250 us with `--burn`. Also the mean (wall time / tokens):
+            round trip (two engine iterations included), for each `--links` x `--spin-us` x `--event-loops`
+            (the front end's loop: tokenrouter/event_loop.py) setting in alternating rounds. Goal <= 150 us
+            idle, <= 250 us with `--burn`. Also the mean (wall time / tokens):
             when the front end falls behind (3 processes, 2 cores) it delivers queued tokens back to back and
             the median of gaps reads low, the mean does not. And each process's CPU per round trip.
 thresholds: the paper's validation setting (sim 6.0 / 27.9 ms, bernoulli 0.35, thresholds [1, B1], N closed-loop
@@ -44,6 +45,7 @@ import zmq
 from burner import Burner
 from proc_stat import cpu_seconds
 
+from tokenrouter import event_loop
 from tokenrouter.api import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
@@ -230,33 +232,43 @@ def loop(tokens: int) -> None:
           f"(other tenants only add to it; load average {os.getloadavg()[0]:.1f})")
 
 
-async def handoff(tokens: int, rounds: int, links: list[str], spins: list[float]) -> None:
-    """Every (peer link, spin) setting in alternating rounds of one run, so load changes on a shared machine
-    hit all alike; the ratios to the first setting are the figures to quote."""
-    print("== hand-off round trip (zero-latency sims, route_prob=1: small -> large -> small per token) ==")
+async def _handoff_once(link: str, spin: float, tokens: int) -> tuple[list[float], float, list[float]]:
+    """One front end at this (peer link, spin): token gaps (us), wall seconds, CPU seconds of the front end +
+    client and of each subserver over `tokens` round trips (after 500 of warm-up)."""
     models = [_sim("small", 0.0, 1), _sim("large", 0.0, 2)]
     algo = AlgorithmSpec("bernoulli", {"route_prob": 1.0})
-    gaps: dict[tuple[str, float], list[float]] = {(link, spin): [] for link in links for spin in spins}
-    cpu: dict[tuple[str, float], list[float]] = {key: [0.0, 0.0, 0.0] for key in gaps}  # front end, small, large
-    wall = dict.fromkeys(gaps, 0.0)
+    async with TokenRouterFrontend(models, algo, RuntimeConfig(thresholds=[1, 1], peer_link=link, spin_us=spin)) as fe:
+        await _token_gaps_us(fe, 500, 1)
+        before = [time.process_time(), *(cpu_seconds(pid) for pid in fe.pids)]
+        t0 = time.perf_counter()
+        gaps = await _token_gaps_us(fe, tokens, 1)
+        wall = time.perf_counter() - t0
+        after = [time.process_time(), *(cpu_seconds(pid) for pid in fe.pids)]
+    return gaps, wall, [b - a for a, b in zip(before, after, strict=True)]
+
+
+def handoff(tokens: int, rounds: int, links: list[str], spins: list[float], loops: list[str]) -> None:
+    """Every (peer link, spin, front-end event loop) setting in alternating rounds of one run, so load changes on
+    a shared machine hit all alike; the ratios to the first setting are the figures to quote."""
+    print("== hand-off round trip (zero-latency sims, route_prob=1: small -> large -> small per token) ==")
+    keys = [(link, spin, loop) for link in links for spin in spins for loop in loops]
+    gaps: dict[tuple[str, float, str], list[float]] = {key: [] for key in keys}
+    cpu = {key: [0.0, 0.0, 0.0] for key in keys}  # front end + client, small, large
+    wall = dict.fromkeys(keys, 0.0)
     for _ in range(rounds):
-        for link, spin in gaps:
-            rt = RuntimeConfig(thresholds=[1, 1], peer_link=link, spin_us=spin)
-            async with TokenRouterFrontend(models, algo, rt) as fe:
-                await _token_gaps_us(fe, 500, 1)
-                before = [time.process_time(), *(cpu_seconds(pid) for pid in fe.pids)]
-                t0 = time.perf_counter()
-                gaps[link, spin] += await _token_gaps_us(fe, tokens // rounds, 1)
-                wall[link, spin] += time.perf_counter() - t0
-                after = [time.process_time(), *(cpu_seconds(pid) for pid in fe.pids)]
-                cpu[link, spin] = [c + b - a for c, a, b in zip(cpu[link, spin], before, after, strict=True)]
-    first = statistics.median(next(iter(gaps.values())))
-    for (link, spin), g in gaps.items():
+        for link, spin, loop in keys:
+            os.environ[event_loop.ENV] = loop
+            g, w, c = event_loop.run(_handoff_once(link, spin, tokens // rounds))
+            gaps[link, spin, loop] += g
+            wall[link, spin, loop] += w
+            cpu[link, spin, loop] = [a + b for a, b in zip(cpu[link, spin, loop], c, strict=True)]
+    first = statistics.median(gaps[keys[0]])
+    for (link, spin, loop), g in gaps.items():
         median = statistics.median(g)
-        front, small, large = (c * 1e6 / len(g) for c in cpu[link, spin])
-        print(f"peer_link={link} spin_us={spin:g}: round trip median {median:.1f} us "
-              f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}), mean {wall[link, spin] * 1e6 / len(g):.1f} us over "
-              f"{len(g)} tokens, {first / median:.2f}x the first; CPU per round trip: front end + client "
+        front, small, large = (c * 1e6 / len(g) for c in cpu[link, spin, loop])
+        print(f"peer_link={link} spin_us={spin:g} event loop {loop}: round trip median {median:.1f} us "
+              f"(p90 {statistics.quantiles(g, n=10)[-1]:.1f}), mean {wall[link, spin, loop] * 1e6 / len(g):.1f} us "
+              f"over {len(g)} tokens, {first / median:.2f}x the first; CPU per round trip: front end + client "
               f"{front:.0f} us, small {small:.0f}, large {large:.0f}")
     print(f"load average {os.getloadavg()[0]:.1f}; {idle_state.describe()}")
 
@@ -362,15 +374,19 @@ def main() -> None:
                     help="handoff: runtime.peer_link settings to alternate (thresholds: the first)")
     ap.add_argument("--spin-us", default="0",
                     help="handoff: runtime.spin_us settings to alternate, e.g. 0,200 (thresholds: the first)")
+    ap.add_argument("--event-loops", default=os.environ.get(event_loop.ENV, "auto"),
+                    help="handoff: the front end's $TOKENROUTER_EVENT_LOOP settings to alternate, e.g. auto,asyncio "
+                         "(the other sections: the first)")
     ap.add_argument("--burn", action="store_true", help="run one CPU-bound background process meanwhile")
     ap.add_argument("--n", type=int, nargs="+", default=[2, 3, 4], help="concurrency levels to validate")
     args = ap.parse_args()
     args.sections = args.sections or list(SECTIONS)
     if unknown := set(args.sections) - set(SECTIONS):
         ap.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    os.environ[event_loop.ENV] = args.event_loops.split(",")[0]
     with Burner(args.burn):
         if "overhead" in args.sections:
-            asyncio.run(overhead(args.tokens))
+            event_loop.run(overhead(args.tokens))
         if "batch" in args.sections:
             batch(args.steps)
         if "gc" in args.sections:
@@ -378,10 +394,10 @@ def main() -> None:
         if "loop" in args.sections:
             loop(args.tokens)
         if "handoff" in args.sections:
-            asyncio.run(handoff(args.tokens, args.rounds, args.links.split(","),
-                                [float(x) for x in args.spin_us.split(",")]))
+            handoff(args.tokens, args.rounds, args.links.split(","), [float(x) for x in args.spin_us.split(",")],
+                    args.event_loops.split(","))
         if "thresholds" in args.sections:
-            asyncio.run(thresholds(args.window, args.warmup, args.n, args.links.split(",")[0],
+            event_loop.run(thresholds(args.window, args.warmup, args.n, args.links.split(",")[0],
                                    float(args.spin_us.split(",")[0])))
 
 

@@ -3,6 +3,7 @@ drained (a full stdout pipe would block the server's logging and so the server).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -15,10 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 300.0
 
 
-def start_server(overrides: list[str], who: str) -> tuple[subprocess.Popen, str]:
-    """The server process and its base URL, once it printed its ready line; exits naming `who` otherwise."""
+def start_server(overrides: list[str], who: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """The server process (`env` added to this one's) and its base URL, once it printed its ready line; exits
+    naming `who` otherwise."""
     proc = subprocess.Popen([sys.executable, "-m", "tokenrouter", "serve", *overrides], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     assert proc.stdout is not None
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:

@@ -35,6 +35,7 @@ from typing import IO, Any
 from evals.metrics import SLO_METRICS
 from evals.provenance import provenance
 from evals.systems import build_system
+from tokenrouter import event_loop
 from tokenrouter.config import ModelSpec, model_specs, plain, seed_value
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
@@ -383,7 +384,7 @@ def run(cfg: Any) -> dict[str, Any] | None:
                 return done
         summary_path.unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        summary = asyncio.run(run_system(cfg, out))
+        summary = event_loop.run(run_system(cfg, out))
     log.info("%s: %.1f tok/s over %d requests -> %s", cfg.system.name, summary["throughput_tok_s"] or 0.0,
              summary["num_requests"], out)
     return summary

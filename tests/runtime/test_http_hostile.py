@@ -230,6 +230,23 @@ def test_partial_headers_are_dropped_after_the_header_timeout(sim: Server) -> No
         assert time.monotonic() - t0 < 3.0
 
 
+def test_the_h11_parser_serves_streams_and_keeps_the_header_deadline(tmp_path: Path) -> None:
+    """server.http=h11 (the default is httptools, which the tests above use): the same stream and deadline."""
+    server = start_server([*SIM, *TIMEOUTS, "server.http=h11"], tmp_path)
+    try:
+        body = {"prompt": [4, 5], "max_tokens": 6, "stream": True, "stream_options": {"include_usage": True}}
+        with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=30) as resp:
+            events = sse_events(resp)
+        assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == 6
+        with _connect(server.url) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+            t0 = time.monotonic()
+            assert sock.recv(1024) == b""
+            assert 0.8 < time.monotonic() - t0 < 3.0
+    finally:
+        stop_cleanly(server, signal.SIGTERM)
+
+
 def test_a_slow_body_gets_408(sim: Server) -> None:
     with _connect(sim.url) as sock:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from tokenrouter import event_loop
 from tokenrouter.errors import UserError
 
 # name -> module; add a subcommand only when it works.
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokenrouter: error: unknown command {name!r} (known: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     try:
+        event_loop.loop_factory()  # a bad $TOKENROUTER_EVENT_LOOP: one line now, not after a model loaded
         return int(importlib.import_module(COMMANDS[name]).run(rest) or 0)
     except UserError as exc:
         print(f"tokenrouter {name}: error: {exc}", file=sys.stderr)

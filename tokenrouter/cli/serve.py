@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tokenrouter import event_loop
 from tokenrouter.cli.args import ArgumentParser
 from tokenrouter.cli.hydra_config import compose
 from tokenrouter.errors import UserError
@@ -53,6 +54,7 @@ SERVER_DEFAULTS: dict[str, Any] = {
     "log_level": "warning",
     "model_name": None,  # default: the model set's `models.name`
     "api_key": None,  # default: $TOKENROUTER_API_KEY; unset: no authentication
+    "http": "httptools",  # the HTTP/1.1 parser: httptools (C) or h11 (pure Python); runtime/http_connection.py
 }
 API_KEY_ENV = "TOKENROUTER_API_KEY"
 _POSITIVE_INTS = ("max_body_bytes", "max_prompt_tokens", "max_connections")
@@ -71,7 +73,7 @@ def _parser() -> ArgumentParser:
         "runtime.*, seed, server.host (default 127.0.0.1), server.port (0 = any free port), "
         "server.max_body_bytes, server.max_prompt_tokens, server.max_connections, server.header_timeout_s, "
         "server.body_timeout_s, server.keep_alive_timeout_s, server.shutdown_timeout_s, server.log_level, "
-        f"server.model_name, server.api_key (default ${API_KEY_ENV}).",
+        f"server.model_name, server.api_key (default ${API_KEY_ENV}), server.http (httptools or h11).",
     )
     p.add_argument("-cp", "--config-path", type=Path, default=None,
                    help="directory of the primary config (default: the project's conf/)")
@@ -102,6 +104,10 @@ def server_options(cfg: Any) -> dict[str, Any]:
                 and (value > 0 or (zero_ok and value == 0))):
             raise UserError(f"server.{key} must be a finite number of seconds {'>= 0' if zero_ok else '> 0'}, "
                             f"got {value!r}")
+    from tokenrouter.runtime.http_connection import PARSERS
+
+    if opts["http"] not in PARSERS:
+        raise UserError(f"server.http must be one of {', '.join(PARSERS)}, got {opts['http']!r}")
     if opts["api_key"] is None:
         opts["api_key"] = os.environ.get(API_KEY_ENV) or None
     if opts["api_key"] is not None and (not isinstance(opts["api_key"], str) or not opts["api_key"].strip()):
@@ -133,7 +139,7 @@ def bind(host: str, port: int) -> socket.socket:
 def _make_server(app: Any, opts: dict[str, Any], frontend: Any) -> Any:
     import uvicorn
 
-    from tokenrouter.runtime.http_connection import h11_with_header_timeout
+    from tokenrouter.runtime.http_connection import with_header_timeout
 
     grace = float(opts["shutdown_timeout_s"])
 
@@ -166,7 +172,7 @@ def _make_server(app: Any, opts: dict[str, Any], frontend: Any) -> Any:
                     await closing[0]
 
     config = uvicorn.Config(app, log_level=opts["log_level"], access_log=False, lifespan="on",
-                            http=h11_with_header_timeout(opts["header_timeout_s"]),
+                            http=with_header_timeout(opts["http"], opts["header_timeout_s"]),
                             limit_concurrency=opts["max_connections"],
                             timeout_keep_alive=opts["keep_alive_timeout_s"],
                             timeout_graceful_shutdown=grace + _SHUTDOWN_BACKSTOP_S)
@@ -233,7 +239,7 @@ def run(argv: list[str]) -> int:
     opts = server_options(cfg)
     sock = bind(opts["host"], opts["port"])  # a busy port fails here, before any model loads
     try:
-        return asyncio.run(serve(cfg, opts, sock))
+        return event_loop.run(serve(cfg, opts, sock))
     except KeyboardInterrupt:  # Ctrl-C while starting up: the front end was closed on the way out
         print("tokenrouter serve: interrupted", file=sys.stderr)
         return 130

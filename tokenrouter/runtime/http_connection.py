@@ -1,8 +1,13 @@
-"""Connection-level limits of the HTTP server that uvicorn lacks: a deadline for each request's headers.
+"""The HTTP/1.1 protocol `tokenrouter serve` hands uvicorn, with a connection limit uvicorn lacks: a deadline for
+each request's headers.
 
-Why: uvicorn's keep-alive timer stops at a connection's first byte and starts again only after a response, so
-a client that connects and sends nothing, or dribbles its header lines, held a connection (and a slot of
-`server.max_connections`) forever. Slow bodies are the handlers' business (`server.body_timeout_s` -> 408).
+Why the deadline: uvicorn's keep-alive timer stops at a connection's first byte and starts again only after a
+response, so a client that connects and sends nothing, or dribbles its header lines, held a connection (and a
+slot of `server.max_connections`) forever. Slow bodies are the handlers' business (`server.body_timeout_s` -> 408).
+
+Two parsers, `server.http`: `httptools` (default; llhttp in C, uvicorn's own choice when installed) or `h11`
+(pure Python). A streamed token is one chunk through the protocol: h11 frames each in Python, which was an
+eighth of the server's CPU per streamed token (`benchmarks/bench_http.py --http httptools,h11` measures both).
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ import asyncio
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+PARSERS = ("httptools", "h11")
 
 
 class _HeaderDeadlineH11(H11Protocol):
@@ -52,6 +60,47 @@ class _HeaderDeadlineH11(H11Protocol):
             self.timeout_keep_alive_handler()  # uvicorn's own way to close an idle connection
 
 
-def h11_with_header_timeout(timeout_s: float) -> type[H11Protocol]:
-    """The protocol class to hand uvicorn (`Config(http=...)`)."""
-    return type("H11HeaderDeadline", (_HeaderDeadlineH11,), {"header_timeout_s": float(timeout_s)})
+class _HeaderDeadlineHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the same deadline. No request is in progress while the last cycle's
+    response is complete and nothing is pipelined: a dribbled request has begun (on_message_begin) but has no
+    cycle until its headers are complete."""
+
+    header_timeout_s = 10.0
+    _deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        self._arm()  # before: a pipelined request may start inside
+        super().on_response_complete()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _headers_late(self) -> None:
+        self._deadline = None
+        idle = (self.cycle is None or self.cycle.response_complete) and not self.pipeline
+        if idle and not self.transport.is_closing():
+            self.timeout_keep_alive_handler()
+
+
+def with_header_timeout(parser: str, timeout_s: float) -> type[H11Protocol] | type[HttpToolsProtocol]:
+    """The protocol class to hand uvicorn (`Config(http=...)`) for `parser` (one of PARSERS)."""
+    base = {"httptools": _HeaderDeadlineHttpTools, "h11": _HeaderDeadlineH11}[parser]
+    return type(f"{base.__name__.lstrip('_')}", (base,), {"header_timeout_s": float(timeout_s)})
