@@ -21,83 +21,66 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 PARSERS = ("httptools", "h11")
 
 
-class _HeaderDeadlineH11(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection whose next request's headers are not complete within
-    `header_timeout_s` of the connection opening (or of the previous response ending)."""
+class _HeaderDeadline:
+    """Mixed in before uvicorn's protocol class: closes a connection whose next request's headers are not
+    complete within `header_timeout_s` of the connection opening (or of the previous response ending). The
+    subclass disarms when a request's headers are in and says when no request is in progress (`_idle`)."""
 
     header_timeout_s = 10.0
     _deadline: asyncio.TimerHandle | None = None
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
         self._arm()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
 
+    def on_response_complete(self) -> None:
+        self._arm()  # before: a pipelined request may start (and disarm) inside
+        super().on_response_complete()  # type: ignore[misc]
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _idle(self) -> bool:
+        raise NotImplementedError
+
+    def _headers_late(self) -> None:
+        self._deadline = None
+        if self._idle() and not self.transport.is_closing():
+            self.timeout_keep_alive_handler()  # type: ignore[attr-defined]  # uvicorn's way to close an idle one
+
+
+class _HeaderDeadlineH11(_HeaderDeadline, H11Protocol):
     def handle_events(self) -> None:
         super().handle_events()
         if self.conn.their_state is not h11.IDLE:  # a request's headers are in
             self._disarm()
 
-    def on_response_complete(self) -> None:
-        self._arm()  # before: a pipelined request may start (and disarm) inside
-        super().on_response_complete()
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _headers_late(self) -> None:
-        self._deadline = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self.timeout_keep_alive_handler()  # uvicorn's own way to close an idle connection
+    def _idle(self) -> bool:
+        return self.conn.their_state is h11.IDLE
 
 
-class _HeaderDeadlineHttpTools(HttpToolsProtocol):
-    """uvicorn's httptools protocol with the same deadline. No request is in progress while the last cycle's
-    response is complete and nothing is pipelined: a dribbled request has begun (on_message_begin) but has no
-    cycle until its headers are complete."""
-
-    header_timeout_s = 10.0
-    _deadline: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
+class _HeaderDeadlineHttpTools(_HeaderDeadline, HttpToolsProtocol):
+    """A dribbled request has begun (on_message_begin) but gets a cycle only once its headers are complete: no
+    request is in progress while the last cycle's response is complete and nothing is pipelined."""
 
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
 
-    def on_response_complete(self) -> None:
-        self._arm()  # before: a pipelined request may start inside
-        super().on_response_complete()
-
-    def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.header_timeout_s, self._headers_late)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _headers_late(self) -> None:
-        self._deadline = None
-        idle = (self.cycle is None or self.cycle.response_complete) and not self.pipeline
-        if idle and not self.transport.is_closing():
-            self.timeout_keep_alive_handler()
+    def _idle(self) -> bool:
+        return (self.cycle is None or self.cycle.response_complete) and not self.pipeline
 
 
 def with_header_timeout(parser: str, timeout_s: float) -> type[H11Protocol] | type[HttpToolsProtocol]:
