@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("tokenrouter", "torch", "transformers", "sglang", "pyzmq", "hydra-core")
+from tokenrouter import event_loop
+
+PACKAGES = ("tokenrouter", "torch", "transformers", "sglang", "pyzmq", "hydra-core", "uvloop")
 _REPO = Path(__file__).resolve().parents[1]
 COMMAND_ENV = "TOKENROUTER_COMMAND"
 
@@ -47,7 +49,8 @@ def _devices(model_devices: list[str]) -> dict[str, str]:
 
 
 def provenance(model_devices: list[str]) -> dict[str, Any]:
-    """Date, git commit and dirty flag, package versions, devices, host and the command line of this run."""
+    """Date, git commit and dirty flag, package versions, devices, host, the front end's event loop and the
+    command line of this run."""
     status = _git("status", "--porcelain", "--untracked-files=no")
     return {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -57,6 +60,7 @@ def provenance(model_devices: list[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "devices": _devices(model_devices),
         "host": socket.gethostname(),
+        "event_loop": event_loop.loop_name(),
         "command": command(),
     }
 

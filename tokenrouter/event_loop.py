@@ -39,7 +39,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 
 
 def loop_name() -> str:
-    """Which loop `run()` uses here, for the benchmarks' and summaries' records."""
+    """Which loop `run()` uses here (summary.json's `provenance.event_loop`)."""
     return "uvloop" if loop_factory() is not asyncio.new_event_loop else "asyncio"
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from evals.bench import poisson_arrivals
+from tokenrouter import event_loop
 from tokenrouter.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,6 +60,7 @@ def test_run_writes_config_requests_and_summary(tmp_path: Path) -> None:
     assert prov["packages"]["torch"] and prov["packages"]["tokenrouter"] and prov["devices"].keys() == {"cpu"}
     assert prov["command"] and all(isinstance(a, str) for a in prov["command"])  # this process's argv
     assert prov["date"].startswith("20") and prov["host"]
+    assert prov["event_loop"] == event_loop.loop_name() and prov["event_loop"] in ("uvloop", "asyncio")
 
 
 def test_warm_up_and_goodput_slo(tmp_path: Path) -> None:
