@@ -257,8 +257,7 @@ def handoff(tokens: int, rounds: int, links: list[str], spins: list[float], loop
     wall = dict.fromkeys(keys, 0.0)
     for _ in range(rounds):
         for link, spin, loop in keys:
-            os.environ[event_loop.ENV] = loop
-            g, w, c = event_loop.run(_handoff_once(link, spin, tokens // rounds))
+            g, w, c = event_loop.run(_handoff_once(link, spin, tokens // rounds), loop)
             gaps[link, spin, loop] += g
             wall[link, spin, loop] += w
             cpu[link, spin, loop] = [a + b for a, b in zip(cpu[link, spin, loop], c, strict=True)]
@@ -383,10 +382,10 @@ def main() -> None:
     args.sections = args.sections or list(SECTIONS)
     if unknown := set(args.sections) - set(SECTIONS):
         ap.error(f"unknown section(s) {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
-    os.environ[event_loop.ENV] = args.event_loops.split(",")[0]
+    first_loop = args.event_loops.split(",")[0]
     with Burner(args.burn):
         if "overhead" in args.sections:
-            event_loop.run(overhead(args.tokens))
+            event_loop.run(overhead(args.tokens), first_loop)
         if "batch" in args.sections:
             batch(args.steps)
         if "gc" in args.sections:
@@ -398,7 +397,7 @@ def main() -> None:
                     args.event_loops.split(","))
         if "thresholds" in args.sections:
             event_loop.run(thresholds(args.window, args.warmup, args.n, args.links.split(",")[0],
-                                   float(args.spin_us.split(",")[0])))
+                                   float(args.spin_us.split(",")[0])), first_loop)
 
 
 if __name__ == "__main__":

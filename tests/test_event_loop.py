@@ -28,6 +28,14 @@ def test_run_uses_the_loop_the_setting_names(monkeypatch, setting: str, expected
     assert (got is uvloop.Loop) == (event_loop.loop_name() == "uvloop")
 
 
+def test_an_explicit_setting_wins_over_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv(event_loop.ENV, "uvloop")
+    assert event_loop.run(_loop_type(), "asyncio") is not uvloop.Loop
+    assert event_loop.run(_loop_type()) is uvloop.Loop
+    with pytest.raises(UserError, match="got 'trio'"):
+        event_loop.loop_factory("trio")
+
+
 def test_without_uvloop_auto_falls_back_and_uvloop_is_refused(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop now raises ImportError
     monkeypatch.setenv(event_loop.ENV, "auto")

@@ -22,9 +22,10 @@ ENV = "TOKENROUTER_EVENT_LOOP"
 CHOICES = ("auto", "uvloop", "asyncio")
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """`$TOKENROUTER_EVENT_LOOP`: auto (default: uvloop if installed), uvloop (required), or asyncio."""
-    choice = os.environ.get(ENV, "auto").strip().lower() or "auto"
+def loop_factory(setting: str | None = None) -> Callable[[], asyncio.AbstractEventLoop]:
+    """`setting` (default `$TOKENROUTER_EVENT_LOOP`): auto (default: uvloop if installed), uvloop (required), or
+    asyncio."""
+    choice = (os.environ.get(ENV, "auto") if setting is None else setting).strip().lower() or "auto"
     if choice not in CHOICES:
         raise UserError(f"${ENV} must be one of {', '.join(CHOICES)}, got {choice!r}")
     if choice != "asyncio":
@@ -43,7 +44,7 @@ def loop_name() -> str:
     return "uvloop" if loop_factory() is not asyncio.new_event_loop else "asyncio"
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """`asyncio.run(main)` on the loop `loop_factory()` picks."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+def run(main: Coroutine[Any, Any, T], setting: str | None = None) -> T:
+    """`asyncio.run(main)` on the loop `loop_factory(setting)` picks."""
+    with asyncio.Runner(loop_factory=loop_factory(setting)) as runner:
         return runner.run(main)

@@ -18,8 +18,6 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-PARSERS = ("httptools", "h11")
-
 
 class _HeaderDeadline:
     """Mixed in before uvicorn's protocol class: closes a connection whose next request's headers are not
@@ -83,7 +81,12 @@ class _HeaderDeadlineHttpTools(_HeaderDeadline, HttpToolsProtocol):
         return (self.cycle is None or self.cycle.response_complete) and not self.pipeline
 
 
+_PROTOCOLS: dict[str, type[_HeaderDeadlineH11] | type[_HeaderDeadlineHttpTools]] = {
+    "httptools": _HeaderDeadlineHttpTools, "h11": _HeaderDeadlineH11}
+PARSERS = tuple(_PROTOCOLS)  # server.http's values, the default first
+
+
 def with_header_timeout(parser: str, timeout_s: float) -> type[H11Protocol] | type[HttpToolsProtocol]:
     """The protocol class to hand uvicorn (`Config(http=...)`) for `parser` (one of PARSERS)."""
-    base = {"httptools": _HeaderDeadlineHttpTools, "h11": _HeaderDeadlineH11}[parser]
-    return type(f"{base.__name__.lstrip('_')}", (base,), {"header_timeout_s": float(timeout_s)})
+    base = _PROTOCOLS[parser]
+    return type(base.__name__.lstrip("_"), (base,), {"header_timeout_s": float(timeout_s)})
