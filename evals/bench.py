@@ -1,14 +1,18 @@
 """The experiment runner behind `tokenrouter bench`: one Hydra job = one run of one system on one workload.
 
-A run dir (Hydra's output dir) receives, as the run goes:
-- `config.yaml`: the resolved experiment config (Hydra also keeps the unresolved one under `.hydra/`);
+A run dir (Hydra's output dir) receives, as the run goes, all of it written while the run holds the dir (an
+flock, `tokenrouter.fsutil.locked_dir`: a second writer is refused instead of interleaving with this one):
+- `.hydra/` (config, hydra, overrides) and `config.yaml` (resolved), for people and Hydra's tools;
 - `requests.jsonl`: one line per finished request, written and flushed when it finishes, so a crash keeps
   everything finished so far (failed requests are recorded with their error, never dropped);
-- `summary.json`: written last (atomically), only when the run completed. A multirun sweep skips runs whose
-  summary.json is readable, so rerunning a crashed sweep with the same `hydra.sweep.dir` only runs what is
-  missing; a rerun point starts its requests.jsonl afresh.
-The run dir is held (an flock, `tokenrouter.fsutil.locked_dir`) for the run's life, so a second writer into it
-is refused instead of interleaving with this one.
+- `summary.json`: written last (atomically), only when the run completed, with the resolved config and its
+  hash (`evals.run_record`): the only record reports and resume trust. A sweep point whose summary validates
+  and whose config hash equals the requested one is skipped, so rerunning a crashed sweep with the same
+  `hydra.sweep.dir` only runs what is missing; a point holding another config's results is refused with the
+  keys that differ (`resume=rerun` moves them to `<point>/.superseded/` and runs it again); a damaged summary
+  is rerun, with a warning. A rerun point starts its requests.jsonl afresh.
+A storage fault (disk full, read-only, no permission) ends the run with one line naming the path and the
+errno (`StorageError`); in a sweep only that point fails.
 
 Clients: `arrival=closed_loop` runs `concurrency` clients, each sending its next request when its last one
 finished (the paper's serving setting); `arrival=all_at_once` sends every request at t=0 (its Pareto study);
@@ -22,9 +26,11 @@ partial requests.jsonl is kept, and the run ends with one clear error (no summar
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -32,23 +38,27 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from evals import run_record
 from evals.metrics import SLO_METRICS
 from evals.provenance import provenance
 from evals.systems import build_system
 from tokenrouter import event_loop
 from tokenrouter.config import ModelSpec, model_specs, plain, seed_value
 from tokenrouter.engine.base import SamplingParams
-from tokenrouter.errors import UserError
+from tokenrouter.errors import StorageError, UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.heap import freeze_startup
+from tokenrouter.runtime.thresholds import infeasible_note
 from tokenrouter.system import ServingSystem
 
 log = logging.getLogger(__name__)
 
 REQUESTS_FILE = "requests.jsonl"
-SUMMARY_FILE = "summary.json"
+SUMMARY_FILE = run_record.SUMMARY_FILE
+SUPERSEDED_DIR = ".superseded"  # resume=rerun moves a point's previous results here (reports skip dot dirs)
 ARRIVALS = ("closed_loop", "all_at_once", "poisson")
+RESUME_MODES = ("check", "rerun")
 
 
 class RunFailed(RuntimeError):
@@ -130,6 +140,7 @@ async def drive(system: ServingSystem, requests: list[GenerationRequest], client
     request) send each at its time. Returns (results, elapsed seconds, crash or None)."""
     results: list[GenerationResult] = []
     crash: list[str] = []
+    storage: list[StorageError] = []  # a result that could not be written: no new requests, raised at the end
 
     async def send(req: GenerationRequest) -> None:
         sent = time.perf_counter()
@@ -141,19 +152,22 @@ async def drive(system: ServingSystem, requests: list[GenerationRequest], client
             crash.append(f"{type(exc).__name__}: {exc}")
             result = failed_result(req, exc, sent)
         results.append(result)
-        on_result(result)
+        try:
+            on_result(result)
+        except StorageError as exc:
+            storage.append(exc)
 
     pending = iter(requests)
 
     async def client() -> None:
         for req in pending:
-            if crash:
+            if crash or storage:
                 return
             await send(req)
 
     async def timed(req: GenerationRequest, at: float) -> None:
         await asyncio.sleep(max(0.0, start + at - time.perf_counter()))
-        if not crash:
+        if not (crash or storage):
             await send(req)
 
     start = time.perf_counter()
@@ -161,6 +175,8 @@ async def drive(system: ServingSystem, requests: list[GenerationRequest], client
         await asyncio.gather(*(client() for _ in range(max(1, clients))))
     else:
         await asyncio.gather(*(timed(req, at) for req, at in zip(requests, arrivals, strict=True)))
+    if storage:
+        raise storage[0]
     return results, time.perf_counter() - start, (crash[0] if crash else None)
 
 
@@ -217,8 +233,9 @@ async def warm_up(system: ServingSystem, prep: Prepared, count: int, clients: in
     system.reset_stats()
 
 
-async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
-    """Build the workload and the system, run every request, write requests.jsonl and summary.json."""
+async def run_system(cfg: Any, out: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Build the workload and the system, run every request, write requests.jsonl and summary.json (with
+    `config`, the resolved config as plain data, as its record; default: `cfg` resolved)."""
     from evals.metrics import serving_metrics, steady_throughput, summarize
 
     arrival = str(cfg.get("arrival", "closed_loop"))
@@ -238,11 +255,11 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
 
     position = {r.index: i for i, r in enumerate(prep.requests)}
     rows: list[dict[str, Any]] = []
-    with (out / REQUESTS_FILE).open("w") as fh, _progress(len(prep.requests), cfg) as bar:
+    with ResultLog(out / REQUESTS_FILE) as requests_log, _progress(len(prep.requests), cfg) as bar:
 
         def on_result(result: GenerationResult) -> None:
             rows.append(result_row(result, prep, position))
-            _write_line(fh, rows[-1])
+            requests_log.write(rows[-1])
             bar.update(1)
 
         try:
@@ -282,14 +299,17 @@ async def run_system(cfg: Any, out: Path) -> dict[str, Any]:
     summary["large_token_share"] = summary["tokens_per_model"].get(list(specs)[-1], 0) / total if total else None
     summary.update(serving_metrics(results, elapsed, slo))
     summary.update(run_info(cfg, system, workload_name, clients), warmup_requests=warmup, stats=stats, **extra)
+    note = infeasible_note(summary["thresholds_spec"], summary["thresholds"], clients)
+    if note is not None:
+        log.warning("%s", note)
     summary["predicted_throughput_tok_s"] = predicted_throughput(cfg, system, clients)
     from tokenrouter.perfmodel.validity import model_validity
 
     # geometric run lengths and stationary rates per model, from `model_runs` (None when the rows have none)
     summary["model_validity"] = model_validity(rows, system.model_names)
     summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
-    atomic_write_text(out / SUMMARY_FILE, json.dumps(summary, indent=2, default=str) + "\n")
-    return summary
+    summary["sweeper"] = sweeper_choice()
+    return run_record.write_summary(out, summary, resolved(cfg) if config is None else config)
 
 
 def request_rate(cfg: Any) -> float:
@@ -352,9 +372,47 @@ def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | Non
     return throughput(spec, n, thresholds).throughput_tok_s
 
 
-def _write_line(fh: IO[str], row: dict[str, Any]) -> None:
-    fh.write(json.dumps(row, default=str) + "\n")
-    fh.flush()
+class ResultLog:
+    """requests.jsonl: one JSON line per finished request, flushed as it is written (a crash keeps every line
+    before it). A write the storage refuses is a StorageError naming the file; the file is then closed
+    without a second attempt (closing would flush the same bytes into the same full disk)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._fh: IO[str] | None = path.open("w", encoding="utf-8")
+        except OSError as exc:
+            raise StorageError(path, exc) from None
+
+    def write(self, row: dict[str, Any]) -> None:
+        if self._fh is None:
+            raise StorageError(self.path, OSError(0, "closed after an earlier write failed"))
+        try:
+            self._fh.write(json.dumps(row, default=str) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            self._abandon()
+            raise StorageError(self.path, exc) from None
+
+    def _abandon(self) -> None:
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            with contextlib.suppress(OSError):
+                os.close(fh.fileno())  # the descriptor, not the buffer: nothing more is written
+            with contextlib.suppress(OSError, ValueError):
+                fh.close()
+
+    def __enter__(self) -> ResultLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is None:
+            return
+        try:
+            self._fh.close()
+        except OSError as err:
+            self._abandon()
+            raise StorageError(self.path, err) from None
 
 
 def _progress(total: int, cfg: Any) -> Any:
@@ -362,6 +420,49 @@ def _progress(total: int, cfg: Any) -> Any:
 
     desc = f"{cfg.system.name} N={cfg.get('concurrency', 1)}"
     return tqdm(total=total, desc=desc, unit="req", disable=None, leave=False)
+
+
+def resolved(cfg: Any) -> dict[str, Any]:
+    """The job config resolved to plain data: what summary.json records and its hash covers."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+
+
+def sweeper_choice() -> str | None:
+    """The Hydra sweeper that made this run (`basic`: a grid; e.g. `optuna_pareto`: a search), so a report can
+    tell a search's frontier from a grid's; None for a single run."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.RUN:
+        return None
+    choice = HydraConfig.get().runtime.choices.get("hydra/sweeper")
+    return str(choice) if choice is not None else None
+
+
+def resume_mode(cfg: Any) -> str:
+    mode = cfg.get("resume", "check")
+    if mode not in RESUME_MODES:
+        raise UserError(f"resume must be one of {RESUME_MODES}, got {mode!r}")
+    return str(mode)
+
+
+def write_hydra_files(cfg: Any, out: Path) -> None:
+    """What Hydra would write to `.hydra/` (config, hydra, overrides), written here under the run dir's lock:
+    Hydra itself (hydra.output_subdir: null) would write them before any lock, over a running point's files."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    try:
+        (out / ".hydra").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise StorageError(out / ".hydra", exc) from None
+    atomic_write_text(out / ".hydra" / "config.yaml", OmegaConf.to_yaml(cfg))
+    if HydraConfig.initialized():
+        hydra = HydraConfig.instance().cfg
+        atomic_write_text(out / ".hydra" / "hydra.yaml", OmegaConf.to_yaml(hydra))
+        atomic_write_text(out / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(hydra.hydra.overrides.task))
 
 
 def run(cfg: Any) -> dict[str, Any] | None:
@@ -372,35 +473,56 @@ def run(cfg: Any) -> dict[str, Any] | None:
 
     hydra_cfg = HydraConfig.get()
     out = Path(hydra_cfg.runtime.output_dir)
-    summary_path = out / SUMMARY_FILE
+    mode = resume_mode(cfg)
+    config = resolved(cfg)
     # the CLI already holds a single run's dir and a sweep's dir; this also keeps a point of a sweep from
     # another writer (e.g. a single run aimed at it, or a launcher's worker process)
     with locked_dir(out, "run directory"):
         # `Hydra.run` sets mode RUN; jobs of a sweep carry MULTIRUN (or None when launched through Hydra's API)
         if hydra_cfg.mode != RunMode.RUN:
-            done = completed_summary(summary_path)
+            done = completed_summary(out, config, mode)
             if done is not None:
-                log.info("skipping %s: %s exists (delete it to rerun this point)", out, SUMMARY_FILE)
+                log.info("skipping %s: it holds this point's results (%s)", out, SUMMARY_FILE)
                 return done
-        summary_path.unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
+        (out / SUMMARY_FILE).unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
+        write_hydra_files(cfg, out)
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        summary = event_loop.run(run_system(cfg, out))
+        summary = event_loop.run(run_system(cfg, out, config))
     log.info("%s: %.1f tok/s over %d requests -> %s", cfg.system.name, summary["throughput_tok_s"] or 0.0,
              summary["num_requests"], out)
     return summary
 
 
-def completed_summary(path: Path) -> dict[str, Any] | None:
+def completed_summary(out: Path, config: dict[str, Any], mode: str = "check") -> dict[str, Any] | None:
     """The summary of a completed point, or None when the point must (re)run: no summary.json, or one that
-    cannot be read back (cut short by a crash, corrupt disk), which is reported and rerun rather than trusted."""
-    if not path.exists():
+    does not validate (cut short by a crash, empty, foreign: reported and rerun rather than trusted). A valid
+    summary of ANOTHER config is refused (UserError naming the differing keys) unless `mode` is "rerun",
+    which moves the point's files to .superseded/ first: results are never relabelled, never lost."""
+    stored = run_record.read_summary(out)
+    if stored.summary is None:
+        if stored.exists:
+            log.warning("%s: %s: rerunning this point", stored.path, stored.problem)
         return None
+    if stored.summary["config_hash"] == run_record.config_hash(config):
+        return stored.summary
+    if mode == "rerun":
+        kept = supersede(out, stored.summary["config_hash"])
+        log.warning("%s held results of another config: moved to %s, rerunning this point", out, kept)
+        return None
+    differences = run_record.config_differences(stored.summary["config"], config) or "values differ in type"
+    raise UserError(f"{out} holds results of another config ({differences}); pass resume=rerun to move them to "
+                    f"{out / SUPERSEDED_DIR} and rerun, or use another hydra.sweep.dir")
+
+
+def supersede(out: Path, old_hash: str) -> Path:
+    """Move a point's previous results (summary, requests, configs, log) under .superseded/<time>-<hash>/."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    target = out / SUPERSEDED_DIR / f"{stamp}-{old_hash[:12]}"
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-        problem = None if isinstance(summary, dict) else "not a JSON object"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problem = f"{type(exc).__name__}: {exc}"
-    if problem is None:
-        return summary
-    log.warning("%s is unreadable (%s): rerunning this point", path, problem)
-    return None
+        target.mkdir(parents=True, exist_ok=False)
+        for name in (SUMMARY_FILE, REQUESTS_FILE, "config.yaml", ".hydra"):
+            if (out / name).exists():
+                os.replace(out / name, target / name)
+    except OSError as exc:
+        raise StorageError(exc.filename or target, exc) from None
+    return target

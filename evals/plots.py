@@ -150,12 +150,11 @@ def _pareto_title(runs: pd.DataFrame, pts: pd.DataFrame, workload: str) -> str:
 def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     """Measured vs predicted throughput over the large model's threshold, one panel per concurrency N. Measured
     is the steady (closed-loop, no drain tail) throughput where the runs have it: the model has no tail."""
-    runs = has(select(df, "threshold_validation"), PREDICTED, THROUGHPUT, "concurrency").copy()
+    # the threshold axis: runs that ran with thresholds (a lock-step run has none; it has no such knob)
+    runs = has(select(df, "threshold_validation"), PREDICTED, THROUGHPUT, "concurrency", "threshold_large").copy()
     if runs.empty:
         return []
-    runs["threshold"] = runs["threshold_large"].where(runs["threshold_large"].notna(), runs["thresholds"])
-    if pd.api.types.is_numeric_dtype(runs["threshold"]):
-        runs["threshold"] = runs["threshold"].astype(int)  # thresholds are counts: 2, not 2.0
+    runs["threshold"] = runs["threshold_large"].astype(int)  # thresholds are counts: 2, not 2.0
     steady = STEADY in runs and runs[STEADY].notna().all()
     runs[MEASURED] = runs[STEADY] if steady else runs[THROUGHPUT]
     table = runs.groupby(["concurrency", "threshold"], as_index=False)[[MEASURED, PREDICTED]].mean()
@@ -167,7 +166,7 @@ def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns), 3.8), squeeze=False)
         for ax, n in zip(axes[0], ns, strict=True):
             g = table[table["concurrency"] == n].sort_values("threshold")
-            x = g["threshold"].astype(str) if g["threshold"].dtype == object else g["threshold"]
+            x = g["threshold"]
             ax.plot(x, g[MEASURED], "o-", label="measured (steady)" if steady else "measured")
             ax.plot(x, g[PREDICTED], "s--", label="predicted")
             for xi, yi, err in zip(x, g[PREDICTED], g["rel_error"], strict=True):

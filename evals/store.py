@@ -1,68 +1,56 @@
 """The result store: benchmark run directories -> one pandas table (one row per run).
 
-A run dir holds the resolved config (`.hydra/config.yaml` from Hydra, or `config.yaml`), `summary.json` and
-`requests.jsonl`. Sweeps leave many of them under one folder, so directories are searched recursively for
-`summary.json`. Rows carry short columns for what reports group by (system, algorithm, models, workload,
+A run dir holds `summary.json` (its metrics and, as their record, the resolved config that produced them:
+`evals.run_record`) and `requests.jsonl`. Sweeps leave many of them under one folder, so directories are
+searched recursively for `summary.json` (dot directories, e.g. a point's `.superseded/` results, are not
+runs). Every label comes from the summary's own config record, never from Hydra's `.hydra/config.yaml`, which
+any later launch at the same dir rewrites. A damaged or foreign summary is skipped with one warning line
+naming it. Rows carry short columns for what reports group by (system, algorithm, models, workload,
 concurrency, thresholds, ...), every config value flattened as `cfg.<dotted.key>`, and every summary value
-(nested ones flattened, e.g. `token_share.large`).
+(nested ones flattened, e.g. `token_share.large`); the grouping columns have one type each (TYPES), whatever
+mix of systems the runs come from.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from evals.run_record import SUMMARY_FILE, read_summary
 from tokenrouter.errors import UserError
 from tokenrouter.jsonl import read_json_objects
 
-CONFIG_FILES = (".hydra/config.yaml", "config.yaml")
+# one dtype per grouping column, so a column never holds both numbers and text ("auto" beside 2.0): numbers
+# are nullable numbers, labels are text with no-value as missing
+TYPES = {
+    "concurrency": "Int64",
+    "seed": "Int64",
+    "request_rate": "float64",
+    "threshold_large": "float64",
+    "thresholds": "string",
+    "thresholds_spec": "string",
+    "status": "string",
+}
 
 
 def find_run_dirs(paths: Iterable[str | Path]) -> list[Path]:
-    """Every directory at or below `paths` that holds a summary.json, sorted, without duplicates."""
+    """Every directory at or below `paths` that holds a summary.json, sorted, without duplicates (none inside a
+    dot directory below a given path: `.superseded/` keeps replaced results, `.hydra/` is Hydra's)."""
     found: set[Path] = set()
     for path in map(Path, paths):
         if not path.exists():
             raise UserError(f"{path} does not exist")
         if path.is_file():
             raise UserError(f"{path} is a file; give run directories (searched recursively for summary.json)")
-        found.update(p.parent.resolve() for p in path.rglob("summary.json"))
+        for summary in path.rglob(SUMMARY_FILE):
+            if not any(part.startswith(".") for part in summary.relative_to(path).parts[:-1]):
+                found.add(summary.parent.resolve())
     return sorted(found)
-
-
-def load_config(run_dir: Path) -> dict[str, Any]:
-    """The run's resolved config as plain data ({} when the run dir has none)."""
-    from omegaconf import OmegaConf
-
-    for name in CONFIG_FILES:
-        path = run_dir / name
-        if path.is_file():
-            cfg = OmegaConf.load(path)
-            try:
-                return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-            except Exception:  # an interpolation that needs Hydra's resolvers: keep the raw text
-                return OmegaConf.to_container(cfg, resolve=False)  # type: ignore[return-value]
-    return {}
-
-
-def sweeper_choice(run_dir: Path) -> str | None:
-    """The Hydra sweeper that made a sweep's run (`basic`: a grid; e.g. `optuna_pareto`: a search), from the
-    run's .hydra/hydra.yaml, so a report can tell a search's frontier from a grid's; None outside a sweep."""
-    import yaml
-
-    path = run_dir / ".hydra" / "hydra.yaml"
-    try:
-        hydra = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("hydra") or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
-        return None
-    if not isinstance(hydra, dict) or hydra.get("mode") == "RUN":  # a sweep's jobs: MULTIRUN, or null
-        return None
-    choice = ((hydra.get("runtime") or {}).get("choices") or {}).get("hydra/sweeper")
-    return str(choice) if choice is not None else None
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
@@ -77,18 +65,22 @@ def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
 
 def _threshold_large(thresholds: Any) -> float | None:
     """The last model's batch threshold when thresholds are one flat list (the knob the paper varies)."""
-    if isinstance(thresholds, list) and thresholds and all(isinstance(t, int | float) for t in thresholds):
+    if isinstance(thresholds, list) and thresholds and all(isinstance(t, int | float) and not isinstance(t, bool)
+                                                           for t in thresholds):
         return float(thresholds[-1])
     return None
 
 
-def run_row(run_dir: Path) -> dict[str, Any]:
+def thresholds_label(value: Any) -> str | None:
+    """A thresholds value as one kind of text: a list as JSON ("[1, 2]"), "auto" as auto, none as missing."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def run_row(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """One run as a flat dict: short grouping columns, `cfg.*` config values, then summary values."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{run_dir / 'summary.json'}: invalid JSON ({exc.msg})") from None
-    cfg = load_config(run_dir)
+    cfg = summary["config"]
 
     def get(*keys: str) -> Any:
         node: Any = cfg
@@ -99,6 +91,7 @@ def run_row(run_dir: Path) -> dict[str, Any]:
     runtime = get("runtime") or {}
     row: dict[str, Any] = {
         "run_dir": str(run_dir),
+        "status": "ok",
         "experiment": get("experiment_name") or get("experiment"),
         "system": get("system", "name"),
         "algorithm": get("algorithm", "name"),
@@ -107,29 +100,50 @@ def run_row(run_dir: Path) -> dict[str, Any]:
         "concurrency": get("concurrency"),
         "arrival": get("arrival"),
         "seed": get("seed"),
-        "thresholds": json.dumps(runtime.get("thresholds")),
         "delayed_batching": runtime.get("delayed_batching"),
         "async": runtime.get("async"),
         "system_model": get("system", "model"),
         "strong_share": get("system", "strong_share"),
         "server": get("system", "server"),  # baselines on real SGLang servers: "sglang"
         "variant": get("ablation_variant") or get("variant"),
-        "sweeper": sweeper_choice(run_dir),
+        "sweeper": summary.get("sweeper"),
     }
     row.update({f"cfg.{k}": v for k, v in flatten(cfg).items()})
     # the summary records what actually ran (effective N, thresholds resolved from `auto`): it wins
-    row.update({k: v for k, v in flatten(summary).items() if v is not None or k not in row})
-    resolved = summary.get("thresholds")
-    row["threshold_large"] = _threshold_large(resolved if resolved is not None else runtime.get("thresholds"))
+    measured = {k: v for k, v in summary.items() if k not in ("config", "config_hash")}
+    row.update({k: v for k, v in flatten(measured).items() if v is not None or k not in row})
+    # what ran (resolved from `auto`; missing for a system without thresholds, e.g. lock-step) and what was asked
+    resolved = summary["thresholds"] if "thresholds" in summary else runtime.get("thresholds")
+    row["thresholds"] = thresholds_label(resolved)
+    row["thresholds_spec"] = thresholds_label(summary.get("thresholds_spec", runtime.get("thresholds")))
+    row["threshold_large"] = _threshold_large(resolved)
     return row
 
 
-def load_results(paths: Iterable[str | Path]) -> pd.DataFrame:
-    """All runs found under `paths` as one DataFrame (one row per run)."""
+def load_results(paths: Iterable[str | Path], warn: bool = True) -> pd.DataFrame:
+    """All runs found under `paths` as one DataFrame (one row per run, TYPES applied). A summary that does
+    not validate is skipped, with one line on stderr naming it and why."""
     dirs = find_run_dirs(paths)
-    if not dirs:
-        raise UserError("no run directories found (no summary.json below the given paths)")
-    return pd.DataFrame([run_row(d) for d in dirs])
+    rows = []
+    for run_dir in dirs:
+        stored = read_summary(run_dir)
+        if stored.summary is None:
+            if warn:
+                print(f"warning: skipping {stored.path}: {stored.problem}", file=sys.stderr)
+            continue
+        rows.append(run_row(run_dir, stored.summary))
+    if not rows:
+        raise UserError("no run directories found (no valid summary.json below the given paths)" if dirs else
+                        "no run directories found (no summary.json below the given paths)")
+    return typed(pd.DataFrame(rows))
+
+
+def typed(df: pd.DataFrame) -> pd.DataFrame:
+    """The runs table with TYPES applied to the columns it has."""
+    for column, dtype in TYPES.items():
+        if column in df:
+            df[column] = df[column].astype(dtype)
+    return df
 
 
 def load_requests(run_dir: str | Path) -> pd.DataFrame:

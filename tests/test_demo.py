@@ -10,6 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from evals import demo_summary as ds
+from evals.run_record import write_summary
 from evals.store import load_results
 from tokenrouter.cli import demo, main
 from tokenrouter.cli.hydra_config import compose
@@ -87,7 +88,7 @@ def _run(root: Path, name: str, system: dict, algorithm: dict, **summary: float)
     acc = summary["accuracy"]
     full = {"num_requests": 40, "num_graded": 40, "accuracy_ci95_low": acc - 0.1, "accuracy_ci95_high": acc + 0.1,
             "mean_latency_s": 1.0, "handoffs_per_request": 1.0, **summary}
-    (run / "summary.json").write_text(json.dumps(full))
+    write_summary(run, {"model_names": ["small", "large"], "throughput_tok_s": None, **full}, cfg)
 
 
 @pytest.fixture

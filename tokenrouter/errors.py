@@ -9,6 +9,18 @@ class CapacityError(UserError):
     """A request does not fit in an engine's KV pool (the clear alternative to an out-of-memory crash)."""
 
 
+class StorageError(Exception):
+    """A result file or directory could not be written (disk full, read-only file system, no permission):
+    one line naming the path and the errno, exit status 1 (the input was fine; the storage was not)."""
+
+    def __init__(self, path: object, exc: OSError) -> None:
+        import errno as errno_names
+
+        code = errno_names.errorcode.get(exc.errno or 0, f"errno {exc.errno}")
+        self.path, self.errno = str(path), exc.errno
+        super().__init__(f"cannot write {path}: {exc.strerror or exc} ({code})")
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (or its type): third-party errors shown as one clear line."""
     text = str(exc).strip()

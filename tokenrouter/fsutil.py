@@ -5,38 +5,62 @@ a killed process must never be mistaken for a result, and two processes writing 
 interleave. Writes go to a temp file in the same directory, are fsynced, then renamed over the target
 (readers see the old file or the new one, never a prefix); a directory is owned through an flock on a lock
 file inside it, which the kernel drops when its holder dies, so a crash never leaves a stale lock behind.
+Files are created with the process umask like any other file (results are written to be shared), and a
+storage fault (ENOSPC, EROFS, EACCES) is a `StorageError`: one line naming the path and the errno.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from tokenrouter.errors import UserError
+from tokenrouter.errors import StorageError, UserError
 
 LOCK_FILE = ".tokenrouter.lock"
 _held: set[Path] = set()  # directories this process holds: a nested lock on one of them is a no-op
 
 
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
-    """Replace `path` with `text` atomically: temp file in the same dir, fsync, os.replace, fsync the dir."""
+    """Replace `path` with `text` atomically: temp file in the same dir, fsync, os.replace, fsync the dir.
+    An OSError of the storage -> StorageError naming `path` (the old file, if any, is left as it was)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    data = text.encode(encoding)  # an encoding error is a bug in the caller: raised before any file exists
+    tmp = None
     try:
-        with os.fdopen(fd, "w", encoding=encoding) as fh:
-            fh.write(text)
+        fd, tmp = _create_temp(path)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        _discard(tmp)
+        raise StorageError(path, exc) from None
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        _discard(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+def _create_temp(path: Path) -> tuple[int, str]:
+    """A new file beside `path`, opened exclusively with mode 0666 & ~umask (mkstemp would make it 0600)."""
+    while True:
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def _discard(tmp: str | None) -> None:
+    if tmp is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -63,8 +87,11 @@ def locked_dir(directory: str | Path, what: str = "directory") -> Iterator[Path]
         return
     if directory.exists() and not directory.is_dir():
         raise UserError(f"{what} {directory} is a file, expected a directory")
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError as exc:  # read-only file system, no permission, disk full: one line, no traceback
+        raise StorageError(exc.filename or directory, exc) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -72,8 +99,12 @@ def locked_dir(directory: str | Path, what: str = "directory") -> Iterator[Path]
             holder = _holder(fd)
             raise UserError(f"{what} {directory} is in use by another run ({holder}); wait for it to finish "
                             "or write elsewhere") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # the lock is held; only the pid (for the refusal message) is missing
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise StorageError(directory / LOCK_FILE, exc) from None
         _held.add(directory)
         try:
             yield directory

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
+from evals.run_record import write_summary
 from tokenrouter.cli import main
 from tokenrouter.cli.bench import hydra_app, launch, output_dir
 from tokenrouter.cli.hydra_config import compose, conf_dir
@@ -48,9 +49,8 @@ def _dry_run(cfg: Any) -> dict:
 
     out = Path(HydraConfig.get().runtime.output_dir)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    summary = {"num_requests": 0, "experiment": cfg.get("experiment_name")}
-    (out / "summary.json").write_text(json.dumps(summary))
-    return summary
+    summary = {"num_requests": 0, "throughput_tok_s": None, "model_names": [], "experiment": cfg.get("experiment_name")}
+    return write_summary(out, summary, OmegaConf.to_container(cfg, resolve=True))
 
 
 @pytest.mark.parametrize("name", SWEEPS)

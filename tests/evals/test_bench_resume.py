@@ -25,9 +25,12 @@ def test_partial_summary_and_requests_are_rerun(tmp_path: Path, capsys: pytest.C
     kept_mtime = (kept / "summary.json").stat().st_mtime_ns
     capsys.readouterr()
     assert main(sweep) == 0
-    assert "Traceback" not in capsys.readouterr().err
-    log = (broken / "bench.log").read_text()
-    assert "summary.json is unreadable" in log and "rerunning this point" in log
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    # the warning goes to stderr (and the point's log), never to stdout, which carries the results table
+    warning = f"{broken / 'summary.json'}: invalid JSON"
+    assert warning in err and "rerunning this point" in err and warning not in out
+    assert warning in (broken / "bench.log").read_text()
     assert json.loads((broken / "summary.json").read_text())["num_requests"] == 6
     rows = [json.loads(line) for line in (broken / "requests.jsonl").read_text().splitlines()]
     assert sorted(r["index"] for r in rows) == list(range(6))  # afresh: no leftover line, none twice
@@ -35,7 +38,7 @@ def test_partial_summary_and_requests_are_rerun(tmp_path: Path, capsys: pytest.C
     assert sorted(pd.read_csv(tmp_path / "results.csv")["concurrency"]) == [1, 2]
 
 
-@pytest.mark.parametrize("content", ["", "[1, 2]", "\xff\xfe"])
+@pytest.mark.parametrize("content", ["", "[1, 2]", "\xff\xfe", "{}"])
 def test_empty_or_foreign_summary_is_rerun(tmp_path: Path, content: str) -> None:
     sweep = ["bench", "-m", *SIM, f"hydra.sweep.dir={tmp_path}"]
     (tmp_path / "0").mkdir()

@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from evals import paper
 from evals.plots import pareto_frontier
 from evals.report import write_reports
+from evals.run_record import write_summary
 from evals.store import find_run_dirs, load_requests, load_results
 from tokenrouter.cli import main
 from tokenrouter.errors import UserError
@@ -47,7 +48,9 @@ def make_run(root: Path, name: str, *, hydra: bool = True, summary: dict, **cfg:
         **cfg,
     }
     OmegaConf.save(OmegaConf.create(config), run / (".hydra/config.yaml" if hydra else "config.yaml"))
-    (run / "summary.json").write_text(json.dumps({"model_names": ["small", "large"], **summary}))
+    resolved = OmegaConf.to_container(OmegaConf.create(config), resolve=True)
+    write_summary(run, {"model_names": ["small", "large"], "num_requests": 1, "throughput_tok_s": None, **summary},
+                  resolved)
     (run / "requests.jsonl").write_text(
         json.dumps({"index": 0, "output_ids": [1, 2], "latency_s": 0.5}) + "\n"
     )

@@ -1,7 +1,8 @@
 """The `tokenrouter` command: one entry point, one module per subcommand (imported lazily).
 
 Each subcommand module defines `HELP` (one line) and `run(argv: list[str]) -> int`. Bad input raises
-`UserError`, printed here as one line with exit status 2 (no traceback).
+`UserError`, printed here as one line with exit status 2 (no traceback); a storage fault (`StorageError`: disk
+full, read-only, no permission) is one line with exit status 1.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import importlib
 import sys
 
 from tokenrouter import event_loop
-from tokenrouter.errors import UserError
+from tokenrouter.errors import StorageError, UserError
 
 # name -> module; add a subcommand only when it works.
 COMMANDS: dict[str, str] = {}
@@ -45,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"tokenrouter {name}: error: {exc}", file=sys.stderr)
         return 2
+    except StorageError as exc:
+        print(f"tokenrouter {name}: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"tokenrouter {name}: interrupted", file=sys.stderr)
         return 130

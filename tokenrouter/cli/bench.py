@@ -23,7 +23,7 @@ from tokenrouter.cli.launchers import (
     quiet_schema_matching,
     register_resolvers,
 )
-from tokenrouter.errors import UserError
+from tokenrouter.errors import StorageError, UserError
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 
 HELP = "run an experiment (Hydra overrides; -m for a multirun sweep) and write a run dir"
@@ -44,9 +44,11 @@ concurrency (closed-loop clients), arrival (closed_loop | all_at_once | poisson 
 second), seed, runtime.* (thresholds,
 delayed_batching, ...), optional +sampling.temperature=... (greedy by default).
 
-Sweeps: a sweep skips every run whose summary.json already exists (an unreadable one is rerun, with a
-warning), so rerunning the same command after a crash resumes it; at the end its runs are collected into one
-table, <sweep dir>/results.csv. A run or sweep holds its directory while it runs: a second one into the same
+Sweeps: a sweep skips every run whose summary.json holds results of the same config (a damaged one is
+rerun, with a warning; results of another config are refused, naming the keys that differ, unless
+resume=rerun, which moves them to <point>/.superseded/), so rerunning the same command after a crash resumes
+it; at the end its runs are collected into one table, <sweep dir>/results.csv (failed points included, with
+their error). A run or sweep holds its directory while it runs: a second one into the same
 directory is refused (exit 2). Experiments write to the fixed dir multirun/<experiment>/<point>; for your own sweeps pass
 hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out, each run asking for what its
 model set needs: hydra/launcher=joblib (local), ray (a local Ray, or hydra.launcher.ray.init.address=auto),
@@ -114,7 +116,7 @@ def _task(cfg: Any) -> Any:
         if cfg.get("objective") is None:
             return summary
         return objective_values(summary, objective_names(cfg.objective))  # what a sweeper optimises
-    except (UserError, RunFailed) as exc:
+    except (UserError, RunFailed, StorageError) as exc:
         if HydraConfig.get().sweeper.get("_target_") == OPTUNA_SWEEPER:
             raise  # Optuna reads a raised error as a failed trial (a JobFailure would be "not a float") and
             # ends the search with it past max_failure_rate
@@ -175,23 +177,35 @@ def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any
             return hydra.run(config_name="config", task_function=task, overrides=pinned)
         returns = hydra.multirun(config_name="config", task_function=task, overrides=pinned)
         if returns is None or (returns and returns[0]):
-            collect(directory)
+            collect(directory, _failures(returns))
         return returns
 
 
-def collect(sweep_dir: Path) -> None:
-    """The sweep's runs as one table: results.csv in the sweep dir, and the main columns printed."""
+def collect(sweep_dir: Path, failures: list[JobFailure] | None = None) -> None:
+    """The sweep's runs as one table: results.csv in the sweep dir, and the main columns printed. Points that
+    failed this time and hold no result are rows too (status "failed", with the error), so the table says
+    what is missing and why; every other row is labelled from its own summary's config record."""
+    import pandas as pd
+
     from evals.store import load_results
 
     try:
         table = load_results([sweep_dir])
-    except UserError as exc:  # every run failed: nothing to collect
-        print(f"tokenrouter bench: no results to collect in {sweep_dir}: {exc}", file=sys.stderr)
-        return
+    except UserError as exc:  # no run finished
+        if not failures:
+            print(f"tokenrouter bench: no results to collect in {sweep_dir}: {exc}", file=sys.stderr)
+            return
+        table = pd.DataFrame({"run_dir": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
+    have = {str(Path(d).resolve()) for d in table["run_dir"]}
+    failed = [{"run_dir": str(Path(f.run_dir).resolve()), "status": "failed", "error": f.message}
+              for f in failures or [] if str(Path(f.run_dir).resolve()) not in have]
+    if failed:
+        table = pd.concat([table, pd.DataFrame(failed)], ignore_index=True)
     atomic_write_text(sweep_dir / "results.csv", table.to_csv(index=False))
     shown = table[[c for c in SHOWN if c in table.columns]].dropna(axis=1, how="all")  # e.g. no request_rate
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    print(f"{len(table)} runs -> {sweep_dir / 'results.csv'}")
+    print(f"{len(table) - len(failed)} runs{f', {len(failed)} failed' if failed else ''} -> "
+          f"{sweep_dir / 'results.csv'}")
 
 
 def run(argv: list[str]) -> int:

@@ -25,6 +25,19 @@ def make_feasible(thresholds: list[int], n: int) -> list[int]:
     return b
 
 
+def infeasible_note(spec: Any, effective: list[int] | None, n: int) -> str | None:
+    """One line when thresholds the user gave are infeasible at N and were lowered (correct by the paper's
+    condition, but not what was asked for); None for "auto", for thresholds that stood, and when none apply."""
+    if effective is None or not isinstance(spec, list | tuple) or not spec:
+        return None
+    rows = spec if all(isinstance(r, list | tuple) for r in spec) else [spec]
+    asked = list(rows[min(max(n, 1), len(rows)) - 1])
+    if asked == list(effective):
+        return None
+    return (f"runtime.thresholds {asked} are infeasible at N={n} (delayed batching needs sum(B_i - 1) < N): "
+            f"lowered to {list(effective)}")
+
+
 def _check_row(row: Any, num_models: int) -> list[int]:
     if not isinstance(row, list | tuple) or len(row) != num_models:
         raise UserError(f"runtime.thresholds: expected {num_models} thresholds (one per model), got {row!r}")
