@@ -143,11 +143,17 @@ async def launch_sglang(spec: ModelSpec, seed: int, workdir: Path, index: int, h
                         opts: SGLangServerOptions) -> ModelServer:
     """A real SGLang server for `spec` (its model source as a Hub id or local directory), ready when /health
     answers 200 (SGLang answers 503 until its warm-up request has run)."""
-    from tokenrouter.engine.loader import resolve_source
+    from tokenrouter.engine.loader import loadable_source
 
-    src = resolve_source(spec.source)
+    src = loadable_source(spec.source)  # a downloaded Hub id: its local snapshot (no Hub lookups at start-up)
     if src.gguf_file:
         raise UserError(f"SGLang server: model {spec.name!r} is a GGUF file ({spec.source}); SGLang loads HF weights")
+    if spec.device != "cpu":
+        from tokenrouter.engine.sglang_args import SGLANG_CUDA, driver_problem, nvidia_driver_version
+
+        problem = driver_problem(SGLANG_CUDA, nvidia_driver_version())
+        if problem is not None:
+            raise UserError(f"SGLang server for model {spec.name!r}: {problem}")
     port = _free_port()
     cmd, env = sglang_command(spec, src.location, port, seed, hidden_states, opts)
     log_path = workdir / f"sglang{index}.log"

@@ -115,6 +115,7 @@ class OfficialR2R(ServingSystem):
     def __init__(self, models: list[ModelSpec], repo: Path, workdir: Path, launch: Launch, info: RunInfo, *,
                  port: int, startup_timeout_s: float = 1800.0, request_timeout_s: float = 3600.0) -> None:
         self.model_names = [m.name for m in models]
+        self.models = models
         self.repo, self.launch, self.info, self.port = repo, launch, info, port
         self.startup_timeout_s, self.request_timeout_s = startup_timeout_s, request_timeout_s
         self._dir: Path | None = workdir
@@ -130,6 +131,10 @@ class OfficialR2R(ServingSystem):
         import httpx
 
         assert self._dir is not None, "start() after close()"
+        from tokenrouter.engine.download import download_all
+
+        # as for every other system: Hub models are fetched here, before the server's start-up timeout counts
+        await asyncio.to_thread(download_all, self.models)
         self.launch.config_path.write_text(json.dumps(self.launch.config, indent=2))
         log_path = self._dir / "server.log"
         with log_path.open("w") as log:

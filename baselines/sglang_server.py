@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenrouter.config import ModelSpec
+from tokenrouter.engine.sglang_args import server_env, server_kv_flags
 from tokenrouter.engine.sglang_engine import CPU_SHIM, SGLANG_VERSION
 from tokenrouter.errors import UserError
 
@@ -92,10 +93,8 @@ def sglang_command(spec: ModelSpec, model_path: str, port: int, seed: int, hidde
             env["OMP_NUM_THREADS"] = str(spec.threads)
     elif not spec.cuda_graph:
         cmd += ["--disable-cuda-graph"]
-    if spec.kv_tokens:
-        cmd += ["--max-total-tokens", str(spec.kv_tokens)]
-    if spec.mem_fraction is not None:
-        cmd += ["--mem-fraction-static", str(spec.mem_fraction)]
+    cmd += server_kv_flags(spec)  # a fraction alone, or the planned tokens: never both (SGLang takes the minimum)
+    env.update(server_env(spec))
     if hidden_states:
         cmd += ["--enable-return-hidden-states"]
     return cmd + list(opts.args), env

@@ -46,6 +46,7 @@ from baselines.sglang_server import SGLangServerOptions
 from tokenrouter import handoff
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.engine.factory import prepare_models
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir
@@ -229,6 +230,8 @@ class StdServingSystem(ServingSystem):
         logging.getLogger("httpx").setLevel(logging.WARNING)  # else one INFO line per token under Hydra
         self.infos = [_ModelInfo(spec) for spec in self.specs]
         await asyncio.to_thread(lambda: [a.bind(i) for a, i in zip(self.algorithms, self.infos, strict=True)])
+        if self.opts.server == "sglang":  # models downloaded, and KV planned jointly: never by start order
+            self.specs = await asyncio.to_thread(prepare_models, self.specs)
         self._dir = private_dir()
         timeout = self.opts.startup_timeout_s
         try:

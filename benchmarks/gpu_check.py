@@ -2,8 +2,10 @@
 
 Why: nothing else in the test suite runs CUDA; this script checks in a few minutes what would otherwise
 fail hours into a sweep: greedy equality with HF on CUDA (bf16, fp32), TokenRouter over two models on one GPU
-and on two GPUs, TP=2 on NCCL, lock-step releasing its GPU memory between jobs, start-up profiles and the
-step-latency table. One line per check, `PASS name: detail` or `FAIL name: detail`; exit status 1 on any FAIL.
+and on two GPUs, TP=2 on NCCL (each rank loading onto its own GPU), device memory after start-up (the driver's
+figure) within the joint plan, lock-step releasing its GPU memory between jobs, start-up profiles and the
+step-latency table. (SGLang's decode-graph replays are counted by tests/engine/test_sglang_engine_cuda.py,
+in .venv-sglang: SGLang's venv is too large to carry to a lent GPU machine.) One line per check, `PASS name: detail` or `FAIL name: detail`; exit status 1 on any FAIL.
 Without CUDA it says so in one line and runs the checks a CPU can (exit 0 when they pass).
 
     .venv/bin/python benchmarks/gpu_check.py [--out DIR]     # < 10 minutes on a GPU machine
@@ -149,6 +151,27 @@ def check_lockstep_memory(specs: list[ModelSpec], device: str) -> str:
     return f"allocated back to baseline after each of 2 jobs (peaks {[f'{p / 2**20:.0f} MiB' for p in peaks]})"
 
 
+def device_used(index: int) -> int:
+    """Bytes in use on a GPU by every process (the driver's figure, not this process's allocator counters)."""
+    free, total = torch.cuda.mem_get_info(index)
+    return total - free
+
+
+def check_tp_placement(large: Path) -> str:
+    """TP=2 from cuda:0: rank 1 must load onto cuda:1 (transformers binds cuda:$LOCAL_RANK), and loading must
+    not pass device_map beside the TP plan (transformers refuses both)."""
+    before = [device_used(0), device_used(1)]
+    engine = build_engine(ModelSpec(name="tp2", source=str(large), dtype="float32", device="cuda:0", tp=2,
+                                    kv_tokens=4096))
+    try:
+        grown = [device_used(i) - b for i, b in enumerate(before)]
+    finally:
+        close_engines([engine])
+    if min(grown) < 2**20:
+        raise AssertionError(f"TP=2 ranks did not both load: device memory grew by {grown} bytes on cuda:0/cuda:1")
+    return f"rank memory on cuda:0 / cuda:1 grew by {[f'{g / 2**20:.0f} MiB' for g in grown]}"
+
+
 def check_tp(large: Path) -> str:
     common = dict(source=str(large), dtype="float32", device="cuda:0", kv_tokens=4096)
     one = engine_greedy(ModelSpec(name="tp1", **common))
@@ -156,6 +179,28 @@ def check_tp(large: Path) -> str:
     if one != two:
         raise AssertionError("TP=2 greedy tokens differ from TP=1 in float32")
     return f"TP=2 (NCCL, cuda:0 + cuda:1) greedy equal to TP=1 on {len(PROMPTS)} prompts"
+
+
+def check_memory_against_plan(specs: list[ModelSpec]) -> str:
+    """Two subservers sharing cuda:0: what the DRIVER reports in use after start-up stays within the sum of
+    their mem_fractions (plus this process's own context), whichever started first."""
+    from tokenrouter.runtime.frontend import TokenRouterFrontend
+
+    free, total = torch.cuda.mem_get_info(0)
+    base = total - free
+
+    async def run() -> int:
+        router = TokenRouterFrontend(specs, AlgorithmSpec("bernoulli", {"route_prob": 0.3}), RuntimeConfig())
+        async with router:
+            await router.generate_many(requests())
+            return device_used(0)
+
+    used = asyncio.run(run()) - base
+    budget = sum(s.mem_fraction or 0 for s in specs) * total
+    if used > budget:
+        raise AssertionError(f"{used / 2**30:.2f} GiB in use on cuda:0 after start-up, over the plan's "
+                             f"{budget / 2**30:.2f} GiB")
+    return f"{used / 2**30:.2f} GiB in use on cuda:0 (driver) within the plan's {budget / 2**30:.2f} GiB"
 
 
 def check_step_latency(large: Path, dtype: str, device: str) -> str:
@@ -197,17 +242,21 @@ def main() -> int:
         return 1 if FAILED else 0
     for dtype in ("float32", "bfloat16"):
         report(f"hf_equality_{dtype}", lambda dtype=dtype: check_hf_equality(large, dtype, "cuda:0"))
-    shared = {"mem_fraction": 0.05, "latency_profile": "auto"}
+    # each process's share: weights + KV + the plan's reserve for its context and activations (~2 GiB)
+    shared = {"mem_fraction": 0.1, "latency_profile": "auto"}
     report("tokenrouter_one_gpu", lambda: check_tokenrouter(
         pair_specs(small, large, "bfloat16", ("cuda:0", "cuda:0"), **shared)))
     if gpus >= 2:
         report("tokenrouter_two_gpus", lambda: check_tokenrouter(
             pair_specs(small, large, "bfloat16", ("cuda:0", "cuda:1"), **shared)))
+        report("tp2_placement", lambda: check_tp_placement(large))
         report("tp2", lambda: check_tp(large))
     else:
         print("SKIP tokenrouter_two_gpus, tp2: one CUDA device", flush=True)
+    report("memory_within_plan", lambda: check_memory_against_plan(
+        pair_specs(small, large, "bfloat16", ("cuda:0", "cuda:0"), **shared)))
     report("lockstep_memory_released", lambda: check_lockstep_memory(
-        pair_specs(small, large, "bfloat16", ("cuda:0", "cuda:0"), mem_fraction=0.05), "cuda:0"))
+        pair_specs(small, large, "bfloat16", ("cuda:0", "cuda:0"), mem_fraction=0.1), "cuda:0"))
     report("step_latency", lambda: check_step_latency(large, "bfloat16", "cuda:0"))
     print(f"{'FAIL' if FAILED else 'PASS'} gpu_check: {len(FAILED)} failed {FAILED}", flush=True)
     return 1 if FAILED else 0

@@ -63,9 +63,9 @@ class ModelSpec:
     threads: int = 1  # CPU threads for this engine's process
     kv_tokens: int = 65536  # KV pool size in tokens (or derive from kv_bytes / mem_fraction)
     kv_bytes: int | None = None
-    # GPU only, SGLang's mem_fraction_static: this model's weights + KV take this fraction of its device's TOTAL
-    # memory (per TP rank). torch: planned jointly for the set before loading (engine/memory_plan.py -> kv_bytes);
-    # sglang: passed to SGLang, checked for fit
+    # GPU only: this model's process may use this fraction of its device's TOTAL memory (per TP rank): weights,
+    # KV and an explicit reserve (context, activations). Planned jointly for the set before loading, whatever
+    # the start order (engine/memory_plan.py): torch -> kv_bytes, sglang -> kv_tokens (SGLang's max_total_tokens)
     mem_fraction: float | None = None
     page_size: int = 16
     cuda_graph: bool = True  # engine=sglang on GPU: replay CUDA graphs for all-decode steps (always off on CPU)

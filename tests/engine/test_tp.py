@@ -97,3 +97,25 @@ def test_generate_cli_tp2_equals_tp1() -> None:
         return proc.stdout
 
     assert run(2) == run(1)
+
+
+def test_a_failure_after_the_broadcast_fails_the_engine_and_a_bad_item_fails_before_it() -> None:
+    """Rank 0 failing inside a broadcast step (an OOM is asymmetric when rank 0 shares its GPU) must stop the
+    engine: the worker ran or sits inside the step's collectives, so a per-request retry would desync or hang
+    the group. A malformed item fails on rank 0 before anything is broadcast, and the group goes on."""
+    engine = build_engine(_spec("tiny-random:small", 2))
+    try:
+        first = engine.step([StepItem("a", [1, 2, 3])]).next_tokens
+        with pytest.raises(ValueError, match="token id out of range"):
+            engine.step([StepItem("b", [engine.vocab_size + 5])])
+        assert all(p.poll() is None for p in engine.procs)  # the worker never saw it
+        engine.step([StepItem("a", [int(first[0])])])  # still in step with its worker
+
+        def oom(*_: object, **__: object) -> None:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+        engine.inner.step = oom  # type: ignore[method-assign]
+        with pytest.raises(EngineFailure, match="step failed on rank 0 after it was broadcast .*out of memory"):
+            engine.step([StepItem("a", [4])])
+    finally:
+        engine.close()

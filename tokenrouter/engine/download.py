@@ -27,3 +27,10 @@ def download(source: str) -> None:
         snapshot_download(src.location, allow_patterns=WANTED)
     except Exception as exc:  # noqa: BLE001 - offline, unknown repo, gated, disk full: one line each
         raise UserError(f"cannot download model {source!r} from the Hugging Face Hub: {first_line(exc)}") from None
+
+
+def download_all(specs: list) -> None:
+    """Download every weighted model of a set (ModelSpecs), one after another, before anything starts."""
+    for spec in specs:
+        if spec.engine != "sim":
+            download(spec.source)

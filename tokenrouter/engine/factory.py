@@ -58,10 +58,8 @@ def close_engines(engines: list[Engine]) -> None:
 def prepare_models(specs: list[ModelSpec]) -> list[ModelSpec]:
     """Run once in the bench / serve process before any engine loads: download Hub models, then plan GPU
     memory jointly (one line if the set cannot fit). Returns the specs the engines must be built from."""
-    from tokenrouter.engine.download import download
+    from tokenrouter.engine.download import download_all
     from tokenrouter.engine.memory_plan import plan_specs
 
-    for spec in specs:
-        if spec.engine != "sim":
-            download(spec.source)
+    download_all(specs)
     return plan_specs(specs)

@@ -56,6 +56,22 @@ def resolve_source(source: str) -> ResolvedSource:
     raise UserError(f"model not found: {source!r} is neither a file, a directory nor a Hub id")
 
 
+def loadable_source(source: str) -> ResolvedSource:
+    """What processes that load a model use: `resolve_source`, except that a Hub id already in the Hugging
+    Face cache (the front end downloads before any subserver or rank starts: engine/download.py) is its local
+    snapshot, so loading makes no Hub lookup at all (offline nodes would stall on them). A Hub id not cached
+    stays a Hub id (from_pretrained then downloads it)."""
+    src = resolve_source(source)
+    if src.is_local:
+        return src
+    from huggingface_hub import snapshot_download
+
+    try:
+        return ResolvedSource(snapshot_download(src.location, local_files_only=True))
+    except Exception:  # noqa: BLE001 - not cached (huggingface_hub raises several types): load from the Hub
+        return src
+
+
 def check_source(source: str) -> None:
     """Check a local model source before any process loads it: the path, its config.json, and that each
     weights file is whole (safetensors headers cover their file, a GGUF header parses). Headers only, so a
@@ -82,15 +98,11 @@ def check_source(source: str) -> None:
 def local_dir(source: str) -> str:
     """The local directory holding `source`'s files: the path itself, or the Hub cache's snapshot of a Hub id
     (downloaded beforehand by engine/download.py; this never downloads)."""
-    src = resolve_source(source)
-    if src.is_local:
-        return src.location
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(src.location, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 - huggingface_hub raises several types for "not cached"
-        raise UserError(f"model {source!r} is not in the Hugging Face cache: {first_line(exc)}") from None
+    src = loadable_source(source)
+    if not src.is_local:
+        raise UserError(f"model {source!r} is not in the Hugging Face cache (download it first: the bench and serve "
+                        "commands do, before any model loads)")
+    return src.location
 
 
 def torch_dtype(name: str):
@@ -116,19 +128,27 @@ def _from_pretrained(fn: Any, src: ResolvedSource, what: str, **kwargs: Any) -> 
         raise UserError(f"cannot load {what} from {where}{hint}: {first_line(exc)}") from None
 
 
+def placement(device: str, tp: int) -> dict[str, Any]:
+    """from_pretrained's placement arguments. tp == 1 off CPU: `device_map` loads the weights straight onto the
+    GPU (a 32B model would need 64 GB of host RAM first). tp > 1: a DistributedConfig and NO device_map
+    (transformers 5.x `prepare_distribute_model` refuses both: "Tensor parallelism and `device_map` are
+    mutually exclusive"); it binds each rank to `<accelerator>:$LOCAL_RANK` itself, which engine/tp.py sets to
+    the rank's device index."""
+    if tp > 1:
+        from transformers.distributed import DistributedConfig
+
+        return {"distributed_config": DistributedConfig(tp_plan="auto", tp_size=tp)}
+    return {"device_map": device} if device != "cpu" else {}
+
+
 def load_model(source: str, dtype: str = "float32", device: str = "cpu", tp: int = 1):
     """The model (eval mode, on `device`) for `source`; with tp > 1 this rank's shard under the model's own
     TP plan (torch.distributed must already be initialised: engine/tp.py)."""
     from transformers import AutoModelForCausalLM
 
-    src = resolve_source(source)
+    src = loadable_source(source)
     extra = _gguf_overrides(Path(src.location) / src.gguf_file) if src.gguf_file else {}
-    if tp > 1:
-        from transformers.distributed import DistributedConfig
-
-        extra["distributed_config"] = DistributedConfig(tp_plan="auto", tp_size=tp)
-    if device != "cpu":  # load the weights straight onto the GPU: a 32B model would need 64 GB of host RAM first
-        extra["device_map"] = device
+    extra.update(placement(device, tp))
     model = _from_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch_dtype(dtype), **extra)
     try:
         model = model.to(device)
@@ -166,13 +186,13 @@ def load_tokenizer(source: str):
         return None
     from transformers import AutoTokenizer
 
-    return _from_pretrained(AutoTokenizer.from_pretrained, resolve_source(source), "tokenizer")
+    return _from_pretrained(AutoTokenizer.from_pretrained, loadable_source(source), "tokenizer")
 
 
 def load_config(source: str):
     """The model's config alone (no weights): what a server needs to know up front, e.g. its context length."""
     from transformers import AutoConfig
 
-    src = resolve_source(source)
+    src = loadable_source(source)
     extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
     return _from_pretrained(AutoConfig.from_pretrained, src, "config", **extra)

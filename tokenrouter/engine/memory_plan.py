@@ -2,10 +2,14 @@
 
 Why: sizing each KV pool from the memory free when its own process starts depends on which sharing model
 loaded first (they start concurrently), and a model set that cannot fit should fail in a second with one
-line, not after minutes of loading with a CUDA out-of-memory traceback. Here `mem_fraction` means SGLang's
-`mem_fraction_static`: the fraction of the device's TOTAL memory that this model's weights + KV may take
-(per TP rank, on each of its devices). The plan turns it into an absolute `kv_bytes` per model, from the
-weights' size (safetensors headers), the KV bytes per token (the config) and the device's total memory.
+line, not after minutes of loading with a CUDA out-of-memory traceback. Here `mem_fraction` is the fraction
+of the device's TOTAL memory that this model's process may use on it (per TP rank, on each of its devices):
+its weights, its KV, and an explicit reserve for what is neither (`reserve_bytes`: the CUDA context, cuBLAS
+and NCCL buffers, activations, CUDA graphs; for the torch engine also the decode-time gather of one layer's
+K/V, which grows with the pool). The plan turns it into an absolute KV size per model (torch: `kv_bytes`;
+sglang: `kv_tokens`, passed as max_total_tokens: engine/sglang_args.py), from the weights' size (safetensors
+headers), the KV bytes per token (the config) and the device's total memory; never from the memory free when
+a process starts, which depends on which sharing model started first.
 """
 
 from __future__ import annotations
@@ -32,8 +36,23 @@ class Demand:
     devices: tuple[str, ...]
     weights_bytes: int  # per device
     kv_bytes_per_token: int  # per device
-    mem_fraction: float | None  # of the device's total memory, weights + KV; None: a fixed KV size
+    mem_fraction: float | None  # of the device's total memory, weights + KV + reserve; None: a fixed KV size
     kv_bytes: int = 0  # the fixed KV size per device when mem_fraction is None
+    reserve_bytes: int = 0  # per device, neither weights nor KV (reserve_bytes())
+    kv_overhead: float = 0.0  # transient bytes per KV byte (the torch engine's per-layer gather: 1 / layers)
+
+
+# Per process and device: CUDA context (~0.5 GiB), cuBLAS workspaces, the caching allocator's fragmentation,
+# NCCL buffers for TP groups. Activations on top: a prefill chunk of max_step_tokens through the MLP of a
+# 32B model is ~0.4 GiB per tensor; SGLang's decode CUDA graphs keep their own pool.
+CONTEXT_RESERVE = 1 * GIB
+ACTIVATION_RESERVE = {"torch": 1 * GIB, "sglang": 2 * GIB}
+NCCL_RESERVE = GIB // 2  # tp > 1
+
+
+def reserve_bytes(engine: str, tp: int) -> int:
+    """What one process of `engine` needs on a device beyond its weights and KV pool."""
+    return CONTEXT_RESERVE + ACTIVATION_RESERVE.get(engine, GIB) + (NCCL_RESERVE if tp > 1 else 0)
 
 
 def plan_memory(demands: list[Demand], totals: dict[str, int]) -> dict[str, int]:
@@ -49,7 +68,8 @@ def plan_memory(demands: list[Demand], totals: dict[str, int]) -> dict[str, int]
     for dev, here in per_device.items():
         total = totals[dev]
         fractions = sum(d.mem_fraction for d in here if d.mem_fraction is not None)
-        fixed = sum(d.weights_bytes + d.kv_bytes for d in here if d.mem_fraction is None)
+        fixed = sum(d.weights_bytes + d.kv_bytes * (1 + d.kv_overhead) + d.reserve_bytes
+                    for d in here if d.mem_fraction is None)
         if fractions > 1 or fixed + fractions * total > total:
             names = ", ".join(repr(d.name) for d in here)
             raise UserError(f"models {names} do not fit {dev} ({total / GIB:.1f} GiB): their mem_fractions sum to "
@@ -58,11 +78,12 @@ def plan_memory(demands: list[Demand], totals: dict[str, int]) -> dict[str, int]
         for d in here:
             if d.mem_fraction is None:
                 continue
-            room = int(d.mem_fraction * total) - d.weights_bytes
+            room = int((int(d.mem_fraction * total) - d.weights_bytes - d.reserve_bytes) / (1 + d.kv_overhead))
             if room < d.kv_bytes_per_token:
                 raise UserError(f"model {d.name!r} does not fit {dev}: {d.weights_bytes / GIB:.1f} GiB of weights "
-                                f"exceed its mem_fraction {d.mem_fraction:g} of {total / GIB:.1f} GiB; give it its "
-                                f"own device (models.members.N.device=cuda:K), tp > 1, or a larger mem_fraction")
+                                f"and a {d.reserve_bytes / GIB:.1f} GiB reserve exceed its mem_fraction "
+                                f"{d.mem_fraction:g} of {total / GIB:.1f} GiB; give it its own device "
+                                f"(models.members.N.device=cuda:K), tp > 1, or a larger mem_fraction")
             kv[d.name] = min(kv.get(d.name, room), room)
     return kv
 
@@ -99,15 +120,26 @@ def demand(spec: ModelSpec, numel: int, config: object) -> Demand:
 
     per_token = kv_bytes_per_token(config, spec.dtype, spec.tp)
     fixed = spec.kv_bytes if spec.kv_bytes is not None else spec.kv_tokens * per_token
+    # the torch engine gathers one layer's K and V of the batch per layer: at most a layer's share of the pool
+    overhead = 1 / int(config.num_hidden_layers) if spec.engine == "torch" else 0.0
     return Demand(spec.name, tuple(rank_device(spec, r) for r in range(spec.tp)),
                   numel * _ITEMSIZE[spec.dtype] // spec.tp, per_token,
-                  spec.mem_fraction if spec.kv_bytes is None else None, fixed)
+                  spec.mem_fraction if spec.kv_bytes is None else None, fixed,
+                  reserve_bytes(spec.engine, spec.tp), overhead)
+
+
+def planned(spec: ModelSpec, kv_bytes: int, per_token: int) -> ModelSpec:
+    """`spec` with its planned KV as the engine takes it: torch -> kv_bytes; sglang -> kv_tokens (SGLang's
+    max_total_tokens, with no fraction left for SGLang to measure against free memory)."""
+    if spec.engine == "sglang":
+        return replace(spec, kv_tokens=kv_bytes // per_token, mem_fraction=None)
+    return replace(spec, kv_bytes=kv_bytes, mem_fraction=None)
 
 
 def plan_specs(specs: list[ModelSpec], totals: dict[str, int] | None = None) -> list[ModelSpec]:
-    """The specs with each CUDA model's mem_fraction turned into kv_bytes (torch engines; SGLang sizes its own
-    pool and is only checked for fit). CPU models are left as they are: host memory is not planned. `totals`
-    (device -> bytes) defaults to this machine's CUDA devices."""
+    """The specs with each CUDA model's mem_fraction turned into an absolute KV size (`planned`). CPU models
+    are left as they are: host memory is not planned. `totals` (device -> bytes) defaults to this machine's
+    CUDA devices."""
     from tokenrouter.engine.loader import load_config, local_dir, resolve_source
 
     cuda = [s for s in specs if s.device.startswith("cuda") and s.engine != "sim"]
@@ -116,8 +148,8 @@ def plan_specs(specs: list[ModelSpec], totals: dict[str, int] | None = None) -> 
     numels = [weights_numel(local_dir(s.source), resolve_source(s.source).gguf_file) for s in cuda]
     demands = [demand(s, n, load_config(s.source)) for s, n in zip(cuda, numels, strict=True)]
     kv = plan_memory(demands, cuda_totals() if totals is None else totals)
-    return [replace(s, kv_bytes=kv[s.name], mem_fraction=None) if s.name in kv and s.engine == "torch" else s
-            for s in specs]
+    per_token = {d.name: d.kv_bytes_per_token for d in demands}
+    return [planned(s, kv[s.name], per_token[s.name]) if s.name in kv else s for s in specs]
 
 
 def cuda_totals() -> dict[str, int]:

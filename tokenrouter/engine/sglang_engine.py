@@ -25,6 +25,13 @@ import torch
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, StepItem, StepOutput, check_step_items
 from tokenrouter.engine.sampling import sample
+from tokenrouter.engine.sglang_args import (
+    decode_graph_replay,
+    driver_problem,
+    engine_server_args,
+    eos_ids,
+    nvidia_driver_version,
+)
 from tokenrouter.errors import CapacityError, UserError, first_line
 
 if TYPE_CHECKING:
@@ -58,6 +65,10 @@ def _import_sglang(device: str) -> None:
                         "then run from .venv-sglang") from None
     if sglang.__version__ != SGLANG_VERSION:
         raise UserError(f"engine=sglang is written for sglang=={SGLANG_VERSION}, found {sglang.__version__}")
+    if device != "cpu":
+        problem = driver_problem(torch.version.cuda, nvidia_driver_version())
+        if problem is not None:
+            raise UserError(f"engine=sglang: {problem}")
 
 
 def _free_port() -> int:
@@ -76,19 +87,7 @@ def _model_runner(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph: boo
     from sglang.srt.runtime_context import SpawnRanks, get_device, publish
     from sglang.srt.server_args import ServerArgs
 
-    on_cpu = spec.device == "cpu"
-    kv: dict[str, Any] = {}
-    if spec.mem_fraction is not None and not on_cpu:
-        kv["mem_fraction_static"] = float(spec.mem_fraction)  # SGLang sizes the pool from free GPU memory
-    else:
-        kv["max_total_tokens"] = int(spec.kv_tokens)
-    args = ServerArgs(
-        model_path=model_path, skip_tokenizer_init=True, dtype=spec.dtype, device="cpu" if on_cpu else "cuda",
-        base_gpu_id=gpu_id, tp_size=spec.tp, random_seed=0, disable_radix_cache=True,
-        attention_backend="torch_native" if on_cpu else None, disable_cuda_graph=not cuda_graph,
-        return_hidden_states_mode="last",  # CUDA graphs capture the last hidden state our routers read
-        **kv,
-    )
+    args = ServerArgs(**engine_server_args(spec, model_path, gpu_id, cuda_graph))
     publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=gpu_id))
     if not _state["parallel_ready"]:  # SGLang refuses a second build of its process groups
         bootstrap.init_parallel_runtime(server_args=args, device=get_device().device, dist_port=_free_port())
@@ -104,7 +103,7 @@ def _model_runner(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph: boo
 
 class SGLangEngine(Engine):
     def __init__(self, spec: ModelSpec) -> None:
-        from tokenrouter.engine.loader import resolve_source
+        from tokenrouter.engine.loader import local_dir, resolve_source
 
         if spec.tp > 1 and spec.device == "cpu":
             raise UserError(f"model {spec.name!r}: SGLang tensor parallelism needs CUDA (tp={spec.tp} on cpu)")
@@ -128,10 +127,11 @@ class SGLangEngine(Engine):
         cuda_graph = spec.device != "cpu" and spec.cuda_graph  # no CUDA graphs on CPU
         gpu_id = int(spec.device.split(":")[1]) if ":" in spec.device else 0
         self.name = spec.name
+        location = local_dir(spec.source)  # a Hub id: its cached snapshot (no Hub lookup, and its EOS ids below)
         try:
-            self.runner = _model_runner(spec, src.location, gpu_id, cuda_graph)
+            self.runner = _model_runner(spec, location, gpu_id, cuda_graph)
         except (OSError, ValueError, KeyError, NotImplementedError) as exc:  # a model SGLang cannot load or serve
-            raise UserError(f"model {spec.name!r}: SGLang cannot load {src.location}: {first_line(exc)}") from exc
+            raise UserError(f"model {spec.name!r}: SGLang cannot load {location}: {first_line(exc)}") from exc
         if (self.runner.page_size or 1) != 1:  # paged allocators hand out whole pages (alloc_extend), not slots
             raise UserError(f"model {spec.name!r}: the sglang engine needs KV page size 1, SGLang chose "
                             f"{self.runner.page_size} (pick another attention backend)")
@@ -143,12 +143,12 @@ class SGLangEngine(Engine):
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
         self.max_len = self.max_positions = min(int(self.rows.max_context_len), int(cfg.context_len))
-        self.eos_token_ids = _eos_ids(src.location) if src.is_local else ()
+        self.eos_token_ids = eos_ids(location)
         self.tokenizer = None
         self._row: dict[str, int] = {}
         self._len: dict[str, int] = {}
         self._embedding: torch.nn.Embedding | None = None
-        self.graph_steps = 0  # steps that replayed a CUDA graph (all-decode batches on GPU)
+        self.graph_steps = 0  # steps that replayed a DECODE CUDA graph (prefill graphs are off: sglang_args.py)
 
     @classmethod
     def from_spec(cls, spec: ModelSpec) -> SGLangEngine:
@@ -221,7 +221,7 @@ class SGLangEngine(Engine):
         fb = ForwardBatch.init_new(batch, self.runner, capture_hidden_mode=CaptureHiddenMode.LAST,
                                    return_hidden_states_before_norm=False)
         result = self.runner.forward(fb)
-        self.graph_steps += bool(result.can_run_graph)
+        self.graph_steps += decode_graph_replay(decode, result.can_run_graph)
         out = result.logits_output
         # The hidden state is captured whatever the caller asks: the CUDA graphs are captured with it
         # (return_hidden_states_mode="last"), and a step in another capture mode would run without a graph.
@@ -276,28 +276,3 @@ class SGLangEngine(Engine):
             self.release(rid)
         if _state["live"] == self.name:
             _state["live"] = None
-
-
-def _eos_ids(model_dir: str) -> tuple[int, ...]:
-    """End-of-sequence ids: the generation config's (may be a list), else the model config's / tokenizer's."""
-    from transformers import AutoConfig, GenerationConfig
-
-    ids: list[int] = []
-    try:
-        sources = [GenerationConfig.from_pretrained(model_dir, local_files_only=True)]
-    except OSError:
-        sources = []
-    sources.append(AutoConfig.from_pretrained(model_dir, local_files_only=True))
-    for src in sources:
-        eos = getattr(src, "eos_token_id", None)
-        if eos is not None:
-            ids += eos if isinstance(eos, list | tuple) else [eos]
-    if not ids:  # as the torch engine does: the tokenizer's EOS when no config names one
-        from transformers import AutoTokenizer
-
-        try:
-            eos = AutoTokenizer.from_pretrained(model_dir, local_files_only=True).eos_token_id
-        except (OSError, ValueError):
-            eos = None
-        ids += [] if eos is None else [eos]
-    return tuple(dict.fromkeys(int(i) for i in ids))

@@ -88,8 +88,7 @@ class TorchEngine(Engine):
     def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         if not items:
             return StepOutput(rids=[], next_tokens=[])
-        rids, counts, ids = check_step_items(items, self.vocab_size)
-        self.pool.check_fits(dict(zip(rids, counts, strict=True)))
+        rids, counts, ids = self.check_step(items)
         lens_before = [self.pool.seq_len(r) for r in rids]
         try:
             hidden, logits = self._forward(items, ids, lens_before, counts)
@@ -100,6 +99,13 @@ class TorchEngine(Engine):
         next_pos = [b + n for b, n in zip(lens_before, counts, strict=True)]
         tokens = sample(logits, [it.sampling for it in items], next_pos, [it.banned_ids for it in items])
         return StepOutput.asked(rids, tokens, logits, hidden, outputs)
+
+    def check_step(self, items: list[StepItem]) -> tuple[list[str], list[int], list[int]]:
+        """The checks a step makes before it touches any state (malformed items, KV that would not fit): the
+        same on every TP rank, so tp.py runs them once on rank 0 before broadcasting the step."""
+        rids, counts, ids = check_step_items(items, self.vocab_size)
+        self.pool.check_fits(dict(zip(rids, counts, strict=True)))
+        return rids, counts, ids
 
     @torch.inference_mode()
     def _forward(self, items: list[StepItem], ids: list[int], lens_before: list[int],

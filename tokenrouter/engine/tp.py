@@ -18,9 +18,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
 import torch
@@ -38,11 +39,12 @@ from tokenrouter.engine.base import (
     StepOutput,
     StepOutputs,
 )
-from tokenrouter.errors import UserError
+from tokenrouter.errors import UserError, first_line
 
 if TYPE_CHECKING:
     from tokenrouter.engine.torch_engine import TorchEngine
 
+T = TypeVar("T")
 COLLECTIVE_TIMEOUT_S = 300.0  # a rank that stops answering fails the step after this long
 STEP, RELEASE, TRUNCATE, CLOSE = 1, 2, 3, 4
 
@@ -72,9 +74,20 @@ def rank_device(spec: ModelSpec, rank: int) -> str:
     return f"cuda:{base + rank}"
 
 
+def rank_env(device: str) -> dict[str, str]:
+    """The environment transformers' TP loading reads on this rank: it binds the rank to
+    `cuda:$LOCAL_RANK` (distributed/utils.py `_bind_local_device`, called from `initialize_distributed_mesh`),
+    so LOCAL_RANK is the device INDEX of this rank's device (a model on cuda:2 with tp 2: ranks 2 and 3), not
+    the rank. Nothing on CPU (no binding there)."""
+    if not device.startswith("cuda"):
+        return {}
+    return {"LOCAL_RANK": device.split(":")[1] if ":" in device else "0"}
+
+
 def init_group(cfg: RankConfig) -> Any:
     """Join the process group (NCCL for GPU forwards, gloo on CPU) and return the gloo group for commands."""
     device = rank_device(ModelSpec.from_dict(cfg.spec), cfg.rank)
+    os.environ.update(rank_env(device))  # before transformers loads this rank's shard
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     backend = "nccl" if device.startswith("cuda") else "gloo"
@@ -142,6 +155,7 @@ class TensorParallelEngine(Engine):
         self._dir: Path | None = Path(tempfile.mkdtemp(prefix="tokenrouter-tp-"))  # 0700
         self.procs: list[subprocess.Popen] = []
         self.group: Any = None
+        self.broken = False  # a broadcast call failed on rank 0: the group is out of step
         self.name = spec.name
         store = str(self._dir / "store")
         try:
@@ -195,25 +209,39 @@ class TensorParallelEngine(Engine):
         try:
             send_command(self.group, command)
         except RuntimeError as exc:
+            self.broken = True
             raise EngineFailure(f"model {self.name!r}: tensor-parallel group failed: {exc}") from None
 
     def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
+        if items:
+            self.inner.check_step(items)  # a bad request fails here, alone, before any rank has seen the step
         self._broadcast([STEP, items_to_wire(items)])
-        try:
-            return self.inner.step(items, outputs)
-        except RuntimeError as exc:  # a collective failed mid-forward: the group is gone, not the request
-            if any(p.poll() is not None for p in self.procs):
-                raise EngineFailure(f"model {self.name!r}: a tensor-parallel rank died mid-step: {exc}") from None
-            raise
+        return self._mirrored("step", lambda: self.inner.step(items, outputs))
 
     def release(self, rid: str) -> None:
         if rid in self.inner.pool:  # the runtime releases ids it never stepped too: no broadcast for those
             self._broadcast([RELEASE, rid])
-        self.inner.release(rid)
+            self._mirrored("release", lambda: self.inner.release(rid))
+        else:
+            self.inner.release(rid)
 
     def truncate(self, rid: str, length: int) -> None:
         self._broadcast([TRUNCATE, rid, length])
-        self.inner.truncate(rid, length)
+        self._mirrored("truncate", lambda: self.inner.truncate(rid, length))
+
+    def _mirrored(self, what: str, call: Callable[[], T]) -> T:
+        """Run on rank 0 what every rank was just told to run. Any failure now is the ENGINE's, never a
+        request's: the other ranks ran (or sit inside) the same collectives, so rolling back and re-stepping
+        here alone (the subserver's per-request isolation) would desync the group or hang it. An OOM is the
+        usual case, and it is asymmetric when rank 0 shares its GPU with another model."""
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - whatever it was, the ranks no longer agree
+            self.broken = True  # close() kills the workers: one may sit in this step's collective, deaf to CLOSE
+            dead = [p.pid for p in self.procs if p.poll() is not None]
+            why = f"rank process(es) {dead} exited" if dead else "the ranks can no longer be assumed in step"
+            raise EngineFailure(f"model {self.name!r}: tensor-parallel {what} failed on rank 0 after it was "
+                                f"broadcast ({type(exc).__name__}: {first_line(exc)}); {why}") from None
 
     def seq_len(self, rid: str) -> int:
         return self.inner.seq_len(rid)
@@ -232,13 +260,15 @@ class TensorParallelEngine(Engine):
 
     def close(self) -> None:
         """Tell the ranks to stop (if the group is up), then make sure they are gone. Safe to call twice."""
-        if self.group is not None and all(p.poll() is None for p in self.procs):
+        if self.group is not None and not self.broken and all(p.poll() is None for p in self.procs):
             try:
                 send_command(self.group, [CLOSE])
             except RuntimeError:
                 pass
         self.group = None
         for p in self.procs:
+            if self.broken and p.poll() is None:
+                p.kill()  # it may be blocked in a collective rank 0 will never join
             try:
                 p.wait(10)
             except subprocess.TimeoutExpired:
