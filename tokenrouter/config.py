@@ -51,6 +51,19 @@ class SimSpec:
 
 
 @dataclass
+class Footprint:
+    """A checkpoint's size as the model set records it, so a plan (`tokenrouter plan`) can be made where the
+    weights are not on disk (a laptop, an offline login node). From the checkpoint's config.json and its
+    safetensors index; a model on disk is measured from its own files instead."""
+
+    params: int  # parameters (safetensors index, tied embeddings once)
+    layers: int  # num_hidden_layers
+    heads: int  # num_attention_heads
+    kv_heads: int  # num_key_value_heads
+    head_dim: int
+
+
+@dataclass
 class ModelSpec:
     """One cooperating model: where its weights come from and how its engine runs."""
 
@@ -73,10 +86,13 @@ class ModelSpec:
     # step latencies for thresholds=auto: a `tokenrouter profile` JSON, or "auto" (measured at start-up, cached)
     latency_profile: str | None = None
     sim: SimSpec = field(default_factory=SimSpec)
+    footprint: Footprint | None = None  # recorded checkpoint size, for plans made without the weights
 
     def __post_init__(self) -> None:
         if not self.name:
             raise UserError("models: every model needs a `name`")
+        if self.footprint is not None and not isinstance(self.footprint, Footprint):
+            self.footprint = _build(Footprint, self.footprint, f"model {self.name!r} footprint")
         if self.engine not in ENGINES:
             raise UserError(f"model {self.name!r}: engine must be one of {ENGINES}, got {self.engine!r}")
         if isinstance(self.sim, dict) or hasattr(self.sim, "items"):

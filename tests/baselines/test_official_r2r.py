@@ -126,6 +126,10 @@ def test_commit_is_the_checkouts_or_unknown(tmp_path: Path) -> None:
 
 def test_run_against_the_stand_in_server_records_what_it_ran(tmp_path: Path, router: Path, monkeypatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    from tokenrouter.engine import download
+
+    fetched: list[str] = []  # no Hub here: what would be downloaded, before the server's start-up timeout counts
+    monkeypatch.setattr(download, "download", fetched.append)
     repo = _checkout(tmp_path / "R2R", git=True)
     system = official_r2r.from_setup(_setup(router, repo=str(repo), python="python3", request_timeout_s=30))
 
@@ -137,6 +141,7 @@ def test_run_against_the_stand_in_server_records_what_it_ran(tmp_path: Path, rou
             await system.close()
 
     assert asyncio.run(run()) == [0, 1, 2, 3]
+    assert fetched == ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-32B"]
     seen = json.loads((repo / "launched.json").read_text())
     assert seen["gpus"] == "0,1" and seen["args"]["overlap_tp_schedule"] and seen["args"]["port"] == system.port
     assert seen["config"]["router"] == {"router_path": str(router), "threshold": 0.3}

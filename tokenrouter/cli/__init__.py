@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 _register("bench", "tokenrouter.cli.bench")
 _register("serve", "tokenrouter.cli.serve")
 _register("report", "tokenrouter.cli.report")
+_register("plan", "tokenrouter.cli.plan")
 _register("model", "tokenrouter.cli.model")
 _register("generate", "tokenrouter.cli.generate")
 _register("profile", "tokenrouter.cli.profile")

@@ -114,6 +114,37 @@ def kv_bytes_per_token(config: object, dtype: str, tp: int = 1) -> int:
     return 2 * int(config.num_hidden_layers) * (kv_heads // tp) * head_dim * _ITEMSIZE[dtype]
 
 
+@dataclass(frozen=True)
+class Size:
+    """What a plan needs of a checkpoint: parameters and the attention shape (a config-like object)."""
+
+    numel: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    measured: bool  # from the files on disk (else from the model set's recorded footprint)
+
+
+def model_size(spec: ModelSpec) -> Size:
+    """The checkpoint's size: measured from its files when they are on disk (local, built-in or cached Hub
+    snapshot: safetensors headers and config.json, no weights read), else the footprint the model set records."""
+    from tokenrouter.engine.loader import load_config, loadable_source
+
+    src = loadable_source(spec.source)
+    if src.is_local:
+        cfg = load_config(spec.source)
+        heads = int(cfg.num_attention_heads)
+        return Size(weights_numel(src.location, src.gguf_file), int(cfg.num_hidden_layers), heads,
+                    int(getattr(cfg, "num_key_value_heads", None) or heads),
+                    int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads), True)
+    f = spec.footprint
+    if f is None:
+        raise UserError(f"model {spec.name!r}: {spec.source} is not on disk and the model set records no footprint "
+                        "(download it, or add models.members.N.footprint: {params, layers, heads, kv_heads, head_dim})")
+    return Size(f.params, f.layers, f.heads, f.kv_heads, f.head_dim, False)
+
+
 def demand(spec: ModelSpec, numel: int, config: object) -> Demand:
     """A model's demand per device, from its parameter count and config."""
     from tokenrouter.engine.tp import rank_device
@@ -140,13 +171,10 @@ def plan_specs(specs: list[ModelSpec], totals: dict[str, int] | None = None) -> 
     """The specs with each CUDA model's mem_fraction turned into an absolute KV size (`planned`). CPU models
     are left as they are: host memory is not planned. `totals` (device -> bytes) defaults to this machine's
     CUDA devices."""
-    from tokenrouter.engine.loader import load_config, local_dir, resolve_source
-
     cuda = [s for s in specs if s.device.startswith("cuda") and s.engine != "sim"]
     if not cuda:
         return specs
-    numels = [weights_numel(local_dir(s.source), resolve_source(s.source).gguf_file) for s in cuda]
-    demands = [demand(s, n, load_config(s.source)) for s, n in zip(cuda, numels, strict=True)]
+    demands = [demand(s, size.numel, size) for s, size in ((s, model_size(s)) for s in cuda)]
     kv = plan_memory(demands, cuda_totals() if totals is None else totals)
     per_token = {d.name: d.kv_bytes_per_token for d in demands}
     return [planned(s, kv[s.name], per_token[s.name]) if s.name in kv else s for s in specs]

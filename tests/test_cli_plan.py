@@ -1,0 +1,53 @@
+"""`tokenrouter plan`: the joint memory plan of every job of a sweep, made offline from the footprints the model
+sets record (no weights here), for a described node; an impossible setting is one line, exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokenrouter.cli import main
+from tokenrouter.config import ModelSpec
+from tokenrouter.engine.memory_plan import GIB, plan_specs
+
+
+def test_table3_on_an_8_gpu_node(capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "-m", "+experiment=table3", "--gpus", "8", "--gpu-memory-gib", "80"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("plan for 8 x 80 GiB GPUs: 8 job(s)") and out.rstrip().endswith("every job fits (8)")
+    # the paper's placement: the 32B model's two ranks on cuda:0 and cuda:1, rank 0 beside the small model
+    assert "large   torch   cuda:0,cuda:1   bfloat16     30.51 GiB" in out
+    assert "download first:" in out and "Qwen/Qwen3-32B 61.0 GiB" in out
+
+
+def test_pareto_sweep_and_impossible_settings(capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "-m", "+experiment=pareto_amc23", "--gpus", "2", "--gpu-memory-gib", "80"]) == 0
+    assert "every job fits (9)" in capsys.readouterr().out
+    assert main(["plan", "models=qwen3-0.6b-32b", "--gpus", "1", "--gpu-memory-gib", "24"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["tokenrouter plan: error: job 0 cannot run: model 'large' is placed on cuda:1, which this machine "
+                   "does not have (devices: cuda:0)"]
+    assert main(["plan", "models=qwen3-0.6b-32b", "--gpus", "2", "--gpu-memory-gib", "24"]) == 2
+    assert "model 'large' does not fit cuda:0: 30.5 GiB of weights" in capsys.readouterr().err
+    assert main(["plan", "models=qwen3-0.6b-32b"]) == 2  # no GPU here and none described
+    assert "pass --gpus N --gpu-memory-gib G" in capsys.readouterr().err
+    assert main(["plan", "--gpus", "2"]) == 2
+    assert "go together" in capsys.readouterr().err
+
+
+def test_models_on_disk_are_measured_and_sim_needs_nothing(capsys: pytest.CaptureFixture) -> None:
+    assert main(["plan", "models=tiny-random", "models.members.0.device=cuda:0", "+models.members.0.mem_fraction=0.5",
+                 "--gpus", "1", "--gpu-memory-gib", "16"]) == 0
+    assert "checkpoint" in capsys.readouterr().out
+    assert main(["plan", "models=sim-r2r"]) == 0
+
+
+def test_a_hub_model_not_on_disk_is_planned_from_its_footprint() -> None:
+    footprint = {"params": 751_632_384, "layers": 28, "heads": 16, "kv_heads": 8, "head_dim": 128}
+    spec = ModelSpec(name="small", source="Qwen/Qwen3-0.6B", dtype="bfloat16", device="cuda:0", mem_fraction=0.5,
+                     footprint=footprint)
+    (planned,) = plan_specs([spec], {"cuda:0": 16 * GIB})
+    per_token = 2 * 28 * 8 * 128 * 2
+    assert planned.kv_bytes is not None and planned.kv_bytes // per_token > 10_000
+    with pytest.raises(Exception, match="records no footprint"):
+        plan_specs([ModelSpec(name="x", source="Qwen/Qwen3-0.6B", device="cuda:0", mem_fraction=0.5)],
+                   {"cuda:0": 16 * GIB})
