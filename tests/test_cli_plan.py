@@ -51,3 +51,29 @@ def test_a_hub_model_not_on_disk_is_planned_from_its_footprint() -> None:
     with pytest.raises(Exception, match="records no footprint"):
         plan_specs([ModelSpec(name="x", source="Qwen/Qwen3-0.6B", device="cuda:0", mem_fraction=0.5)],
                    {"cuda:0": 16 * GIB})
+
+
+def test_a_model_left_too_little_kv_is_warned(capsys: pytest.CaptureFixture) -> None:
+    # the three-model set used to leave its 32B model ~1 GiB of KV at mem_fraction 0.8 of one GPU
+    assert main(["plan", "models=qwen3-0.6b-8b-32b", "--gpus", "3", "--gpu-memory-gib", "79.6",
+                 "models.members.2.mem_fraction=0.8", "workload.max_new_tokens=8192"]) == 0
+    assert "warning: large's KV holds" in capsys.readouterr().out
+    assert main(["plan", "models=qwen3-0.6b-8b-32b", "--gpus", "3", "--gpu-memory-gib", "79.6",
+                 "workload.max_new_tokens=8192"]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+
+def test_the_bench_plans_before_it_downloads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same planner runs in the bench before anything starts: a set that cannot fit never downloads."""
+    from tokenrouter.engine import download
+    from tokenrouter.engine.factory import prepare_models
+    from tokenrouter.errors import UserError
+
+    fetched: list[str] = []
+    monkeypatch.setattr(download, "download", fetched.append)
+    footprint = {"params": 32_762_123_264, "layers": 64, "heads": 64, "kv_heads": 8, "head_dim": 128}
+    spec = ModelSpec(name="large", source="Qwen/Qwen3-32B", dtype="bfloat16", device="cuda:0", mem_fraction=0.8,
+                     footprint=footprint)
+    with pytest.raises(UserError, match="placed on cuda:0, which this machine does not have"):
+        prepare_models([spec])  # this machine has no GPU
+    assert fetched == []

@@ -100,6 +100,7 @@ def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
         where = "sim" if size is None else "checkpoint" if size.measured else "footprint"
         lines.append(f"  {spec.name:<8}{spec.engine:<8}{devs:<16}{spec.dtype:<10}{weights:>12}{kv_text:>11}"
                      f"{tok_text:>12}{reserve:>13}  {where}")
+    lines += short_kv_warnings(cfg, specs, kv, by_name)
     for dev in sorted({dev for d in demands for dev in d.devices}):
         here = [d for d in demands if dev in d.devices]
         used = sum(d.weights_bytes + d.reserve_bytes + kv.get(d.name, d.kv_bytes) * (1 + d.kv_overhead) for d in here)
@@ -111,6 +112,25 @@ def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
     if downloads:
         lines.append(f"  download first: {downloads}")
     return JobPlan("\n".join(lines), None)
+
+
+def short_kv_warnings(cfg: Any, specs: list, kv: dict[str, int], demands: dict) -> list[str]:
+    """A model whose planned KV cannot hold N requests' outputs (concurrency x max_new_tokens, prompts not
+    counted) would queue requests for KV: the run is valid but not the setting it says it is."""
+    n = cfg.get("concurrency")
+    new_tokens = cfg.workload.get("max_new_tokens")
+    if not isinstance(n, int) or not isinstance(new_tokens, int):
+        return []
+    out = []
+    for spec in specs:
+        d = demands.get(spec.name)
+        if d is None or spec.name not in kv:
+            continue
+        tokens = kv[spec.name] // d.kv_bytes_per_token
+        if tokens < n * new_tokens:
+            out.append(f"  warning: {spec.name}'s KV holds {tokens:,} tokens, less than N={n} x {new_tokens:,} new "
+                       "tokens: requests will queue for KV (raise its mem_fraction, tp, or use more devices)")
+    return out
 
 
 def _routing(cfg: Any) -> str:
@@ -152,7 +172,7 @@ def run(argv: list[str]) -> int:
     from tokenrouter.cli.bench import _one_line, hydra_app
     from tokenrouter.cli.hydra_config import conf_dir
 
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # overrides before and after the flags
     totals = device_totals(args.gpus, args.gpu_memory_gib)
     hydra = hydra_app(conf_dir())
     try:

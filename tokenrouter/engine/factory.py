@@ -59,7 +59,11 @@ def prepare_models(specs: list[ModelSpec]) -> list[ModelSpec]:
     """Run once in the bench / serve process before any engine loads: download Hub models, then plan GPU
     memory jointly (one line if the set cannot fit). Returns the specs the engines must be built from."""
     from tokenrouter.engine.download import download_all
+    from tokenrouter.engine.loader import loadable_source
     from tokenrouter.engine.memory_plan import plan_specs
 
+    # a set that cannot fit fails before any download, where every size is known (on disk or a footprint)
+    if all(s.engine == "sim" or s.footprint is not None or loadable_source(s.source).is_local for s in specs):
+        plan_specs(specs)
     download_all(specs)
-    return plan_specs(specs)
+    return plan_specs(specs)  # again, from the downloaded files themselves
