@@ -35,6 +35,7 @@ from baselines.routellm_metrics import apgr, cpt
 from baselines.sglang_server import SGLangServerOptions
 from baselines.single import model_system, server_options
 from tokenrouter.config import ModelSpec, RuntimeConfig
+from tokenrouter.engine.factory import prepare_models
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.system import ServingSystem, SystemSetup
@@ -126,12 +127,17 @@ class QueryRoutingSystem(ServingSystem):
         self.seed = seed
         self.runs = (weak_run, strong_run)
         self.server = server
-        self.systems = [model_system(weak, runtime, seed, server, sglang), model_system(strong, runtime, seed, server, sglang)]
+        self.specs = [weak, strong]
+        self._system_args = (runtime, seed, server, sglang)
+        self.systems = [model_system(spec, *self._system_args) for spec in self.specs]
         self.win_rates: dict[int, float] = {}
         self.threshold: float | None = None
         self.routed = [0, 0]
 
     async def start(self) -> None:
+        if self.server == "sglang":  # both servers' KV planned jointly (never by which started first), downloaded
+            planned = await asyncio.to_thread(prepare_models, self.specs)
+            self.systems = [model_system(spec, *self._system_args) for spec in planned]
         started = await asyncio.gather(*(s.start() for s in self.systems), return_exceptions=True)
         failed = [e for e in started if isinstance(e, BaseException)]
         if failed:  # one model's server did not come up: stop the other's before saying why
