@@ -8,7 +8,6 @@ also name its own `loader: mypackage.module:function`, so a new workload is one 
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,9 +55,21 @@ LOADERS: dict[str, str] = {
 GENERATED = {"synthetic", "arith"}  # loaders that make their problems and read no data file
 
 
-def _resolve(target: str) -> Callable[[Any, int], Workload]:
-    module, _, func = target.partition(":")
-    return getattr(importlib.import_module(module), func)
+def loader_function(name: str, loader: str) -> Callable[[Any, int], Workload]:
+    """A workload loader: built in (LOADERS), an installed entry point in the `tokenrouter.workloads` group,
+    or `package.module:function` (importable from the working directory)."""
+    from tokenrouter import plugins
+
+    what = f"workload {name} loader"
+    if loader in LOADERS:
+        return plugins.import_object(LOADERS[loader], what)
+    if ":" in loader:
+        return plugins.import_object(loader, what)
+    found = plugins.entry_point(plugins.WORKLOADS, loader)
+    if found is None:
+        raise UserError(f"workload {name}: unknown loader {loader!r}; built in: {sorted(LOADERS)}; installed: "
+                        f"{plugins.entry_point_names(plugins.WORKLOADS)}; or 'module:function'")
+    return found
 
 
 def load_workload(cfg: Any, seed: int = 0) -> Workload:
@@ -67,18 +78,11 @@ def load_workload(cfg: Any, seed: int = 0) -> Workload:
     if not name:
         raise UserError("workload: config needs a `name`")
     loader = str(cfg.get("loader") or name)
-    if loader not in LOADERS and ":" not in loader:
-        raise UserError(
-            f"workload {name}: unknown loader {loader!r}; known: {sorted(LOADERS)} or 'module:function'"
-        )
     path = cfg.get("path")
     if loader in GENERATED and path:  # never silently ignored: the user meant some data to be used
         raise UserError(f"workload.path is not used by workload {name} (its problems are generated, not read "
                         f"from a file); drop workload.path={path}")
-    try:
-        load = _resolve(LOADERS.get(loader, loader))
-    except (ImportError, AttributeError) as exc:
-        raise UserError(f"workload {name}: cannot import loader {loader!r}: {exc}") from None
+    load = loader_function(str(name), loader)
     workload = load(cfg, seed)
     if not workload.problems:
         raise UserError(f"workload {name}: no problems selected")

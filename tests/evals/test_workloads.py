@@ -214,7 +214,7 @@ def test_arith_registered_and_unknown_loader() -> None:
     assert len(w.problems) == 3 and w.kind == "math"
     with pytest.raises(UserError, match="unknown loader 'nope'"):
         load_workload(OmegaConf.create({"name": "x", "loader": "nope"}))
-    with pytest.raises(UserError, match="cannot import loader 'evals.nope:f'"):
+    with pytest.raises(UserError, match="workload x loader: no module 'evals.nope'"):
         load_workload(OmegaConf.create({"name": "x", "loader": "evals.nope:f"}))
     # a user loader named by its import path in the YAML
     own = load_workload(

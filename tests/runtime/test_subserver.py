@@ -116,6 +116,7 @@ def test_a_contended_spin_pauses_spinning(tmp_path, monkeypatch) -> None:
         assert not sub.spin() and not polls  # backing off: no spinning at all
         monkeypatch.undo()
         sub._spin_off_until = time.perf_counter()  # the back-off is over
+        sub.spin_s = 0.05  # long enough that a loaded machine's descheduling cannot end it before the first poll
         assert not sub.spin() and polls
 
 

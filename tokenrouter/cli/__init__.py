@@ -22,7 +22,7 @@ def _register(name: str, module: str) -> None:
 
 
 def _usage() -> str:
-    lines = ["usage: tokenrouter COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: tokenrouter [--version] COMMAND [ARGS...]", "", "commands:"]
     for name, module in COMMANDS.items():
         help_line = getattr(importlib.import_module(module), "HELP", "")
         lines.append(f"  {name:<14}{help_line}")
@@ -35,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from tokenrouter import __version__
+
+        print(f"tokenrouter {__version__}")
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:

@@ -15,7 +15,7 @@ from typing import Any
 
 from evals.provenance import COMMAND_ENV
 from tokenrouter.cli.args import ArgumentParser
-from tokenrouter.cli.hydra_config import conf_dir
+from tokenrouter.cli.hydra_config import conf_dir, with_config_dirs
 from tokenrouter.cli.launchers import (
     OPTUNA_SWEEPER,
     check,
@@ -54,7 +54,8 @@ hydra.sweep.dir=DIR to make the dir stable. Hydra's launchers scale sweeps out, 
 model set needs: hydra/launcher=joblib (local), ray (a local Ray, or hydra.launcher.ray.init.address=auto),
 submitit_slurm / submitit_local; hydra/sweeper=optuna_pareto objective=[accuracy,throughput_tok_s] searches
 instead of a grid (see conf/experiment/README.md).
-Set TOKENROUTER_CONF=DIR to use another config dir (default: the repo's conf/)."""
+Your own config groups (e.g. DIR/algorithm/mine.yaml -> algorithm=mine): --config-dir DIR (Hydra's
+hydra.searchpath). Set TOKENROUTER_CONF=DIR to replace the whole config dir (default: the package's conf/)."""
 
 
 def _parser() -> ArgumentParser:
@@ -63,6 +64,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("-m", "--multirun", action="store_true", help="run a sweep (comma-separated values)")
     p.add_argument("--cfg", choices=("job", "hydra", "all"), help="print the composed config and exit")
     p.add_argument("--resolve", action="store_true", help="with --cfg: resolve interpolations")
+    p.add_argument("-cd", "--config-dir", type=Path, action="append", default=None,
+                   help="an extra config dir searched for config groups (repeatable; hydra.searchpath)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. models=sim-r2r concurrency=8")
     return p
 
@@ -215,10 +218,11 @@ def run(argv: list[str]) -> int:
 
     from evals.bench import RunFailed
 
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)
     bad = [o for o in args.overrides if o.startswith("-")]
     if bad:
         raise UserError(f"unknown option {bad[0]!r} (see `tokenrouter bench --help`)")
+    args.overrides = with_config_dirs(args.overrides, args.config_dir)
     hydra = hydra_app(conf_dir())
     try:
         if args.help:

@@ -11,11 +11,12 @@ from tokenrouter.errors import UserError, first_line
 
 
 def conf_dir() -> Path:
-    """The Hydra config dir: $TOKENROUTER_CONF, else conf/ next to the package (repo checkout)."""
+    """The Hydra config dir: $TOKENROUTER_CONF, else the package's `tokenrouter/conf` (in a checkout a link to
+    the repository's conf/; in a wheel a copy of it, so a non-editable install works from any directory)."""
     env = os.environ.get("TOKENROUTER_CONF")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "conf"
+    path = Path(env) if env else Path(__file__).resolve().parents[1] / "conf"
     if not (path / "config.yaml").is_file():
-        where = "TOKENROUTER_CONF" if env else "the repository"
+        where = "TOKENROUTER_CONF" if env else "the installed package"
         raise UserError(f"no Hydra config found at {path}/config.yaml (set by {where}); "
                         "set TOKENROUTER_CONF to a dir holding config.yaml and its groups")
     return path
@@ -36,3 +37,19 @@ def compose(overrides: list[str], config_dir: Path | None = None, config_name: s
             return hydra_compose(config_name=config_name, overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
         raise UserError(f"config: {first_line(exc)}") from None
+
+
+def with_config_dirs(overrides: list[str], config_dirs: list[Path] | None) -> list[str]:
+    """`--config-dir DIR` (repeatable) as Hydra's own mechanism, `hydra.searchpath`: the user's config groups
+    (e.g. DIR/algorithm/entropy.yaml -> algorithm=entropy) beside the package's, without copying conf/."""
+    if not config_dirs:
+        return list(overrides)
+    if any(o.split("=", 1)[0].lstrip("+~") == "hydra.searchpath" for o in overrides):
+        raise UserError("give extra config dirs either as --config-dir or as hydra.searchpath=[...], not both")
+    dirs = []
+    for d in config_dirs:
+        path = Path(d).expanduser().resolve()
+        if not path.is_dir():
+            raise UserError(f"--config-dir {d}: not a directory")
+        dirs.append(f"file://{path}")
+    return [*overrides, f"hydra.searchpath=[{','.join(dirs)}]"]

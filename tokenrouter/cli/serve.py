@@ -36,7 +36,7 @@ from typing import Any
 
 from tokenrouter import event_loop
 from tokenrouter.cli.args import ArgumentParser
-from tokenrouter.cli.hydra_config import compose
+from tokenrouter.cli.hydra_config import compose, with_config_dirs
 from tokenrouter.errors import UserError
 
 HELP = "serve the model set over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, ...)"
@@ -78,6 +78,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("-cp", "--config-path", type=Path, default=None,
                    help="directory of the primary config (default: the project's conf/)")
     p.add_argument("-cn", "--config-name", default="config", help="primary config name (default: config)")
+    p.add_argument("-cd", "--config-dir", type=Path, action="append", default=None,
+                   help="an extra config dir searched for config groups (repeatable; hydra.searchpath)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides (key=value, group=option)")
     return p
 
@@ -234,8 +236,8 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
 
 
 def run(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    cfg = compose(args.overrides, args.config_path, args.config_name)
+    args = _parser().parse_intermixed_args(argv)
+    cfg = compose(with_config_dirs(args.overrides, args.config_dir), args.config_path, args.config_name)
     opts = server_options(cfg)
     sock = bind(opts["host"], opts["port"])  # a busy port fails here, before any model loads
     try:

@@ -120,6 +120,11 @@ def _plan(search: Callable[..., dict[int, list[int]]], models: list[ModelSpec], 
     try:
         route, commit = preset_for_algorithm(preset, params)
     except UserError as exc:
+        if not rates_are_measured(algorithm):
+            # never run it silently with thresholds of 1 while a rival with a preset gets planned ones
+            raise UserError(f"runtime.thresholds=auto: algorithm {algorithm.name!r} gives no usable throughput-model "
+                            f"preset ({exc}); give runtime.thresholds explicitly (e.g. [1, 2]), or have its rates() "
+                            "return a preset, or declare needs.rates='measured' to plan from counted decisions") from None
         return None, f"{exc} (measured once the runtime has counted decisions)"
     if len(route) != len(models):
         return None, f"the {preset!r} preset describes {len(route)} models, not {len(models)}"

@@ -1,0 +1,94 @@
+"""Code and configs from outside the package (tokenrouter/plugins.py): an algorithm package with its own
+pyproject, entry point and config dir, pip-installed beside the project and swept by `bench -m`; a router file in
+the working directory named by `module:Class`; a wheel of this project finding its configs from any directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "docs" / "examples" / "entropy_router"
+SMALL = ["models=tiny-random", "system=lockstep", "workload.num_requests=3", "workload.output_tokens=6",
+         "concurrency=3"]
+
+
+def pip_install(what: list[str], target: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--target", str(target), *what], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def tokenrouter(args: list[str], cwd: Path, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run([sys.executable, "-m", "tokenrouter", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_an_installed_algorithm_package_is_swept_beside_a_builtin(tmp_path: Path) -> None:
+    package = tmp_path / "entropy_router"
+    shutil.copytree(EXAMPLE, package)  # the user's own project: nothing in this repository is touched
+    site = tmp_path / "site"
+    pip_install([str(package)], site)
+    root = tmp_path / "runs"
+    done = tokenrouter(["bench", "-m", "--config-dir", "conf", *SMALL, "algorithm=entropy",
+                        "algorithm.threshold=0.5,100", f"hydra.sweep.dir={root / 'entropy'}"], cwd=package,
+                       pythonpath=site)
+    assert done.returncode == 0, done.stderr
+    done = tokenrouter(["bench", "-m", *SMALL, "algorithm=bernoulli", "algorithm.route_prob=0.2,0.5",
+                        f"hydra.sweep.dir={root / 'bernoulli'}"], cwd=package, pythonpath=site)
+    assert done.returncode == 0, done.stderr
+    table = pd.read_csv(root / "entropy" / "results.csv")
+    shares = dict(zip(table["cfg.algorithm.threshold"], table["large_token_share"], strict=True))
+    assert shares[100] == 0.0 and shares[0.5] > 0.0  # a random model's entropy is high: it hands off
+    done = tokenrouter(["report", str(root), "--out", str(tmp_path / "report")], cwd=package, pythonpath=site)
+    assert done.returncode == 0, done.stderr
+    runs = pd.read_csv(tmp_path / "report" / "runs.csv")
+    assert sorted(runs["algorithm"]) == ["bernoulli", "bernoulli", "entropy", "entropy"]
+
+
+def test_a_router_file_in_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "my_router.py").write_text(
+        (EXAMPLE / "entropy_router.py").read_text().replace('name = "entropy"', 'name = "my_entropy"'))
+    done = tokenrouter(["bench", *SMALL, "algorithm.name=my_router:EntropyRouter", "~algorithm.route_prob",
+                        "+algorithm.threshold=0.5",
+                        f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for bad, message in (("algorithm.name=my_router:Nope", "module 'my_router' has no 'Nope'"),
+                         ("algorithm.name=nowhere:X", "no module 'nowhere'"),
+                         ("algorithm.name=entropyy", "unknown routing algorithm 'entropyy'; built in:"),
+                         ("algorithm.name=os:getcwd", "is not a RoutingAlgorithm subclass")):
+        done = tokenrouter(["bench", *SMALL, bad, f"hydra.run.dir={tmp_path / 'bad'}"], cwd=tmp_path)
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+    done = tokenrouter(["bench", "--config-dir", "nope", *SMALL], cwd=tmp_path)
+    assert done.returncode == 2 and "--config-dir nope: not a directory" in done.stderr
+
+
+def test_a_wheel_finds_its_configs_from_any_directory(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           str(ROOT), "-w", str(wheels)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = wheels.glob("tokenrouter-*.whl")
+    site = tmp_path / "site"
+    pip_install([str(wheel)], site)
+    assert (site / "tokenrouter" / "conf" / "config.yaml").is_file() and not (site / "tokenrouter" / "conf").is_symlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    probe = subprocess.run([sys.executable, "-c", "import tokenrouter; print(tokenrouter.__file__)"], cwd=elsewhere,
+                           env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.startswith(str(site)), probe  # the wheel's copy, not this checkout
+    done = tokenrouter(["bench", "--cfg", "job", "+experiment=table3"], cwd=elsewhere, pythonpath=site)
+    assert done.returncode == 0 and "experiment_name: table3" in done.stdout, done.stderr
+    version = tokenrouter(["--version"], cwd=elsewhere, pythonpath=site)
+    from tokenrouter import __version__
+
+    assert version.stdout.strip() == f"tokenrouter {__version__}"
+    assert (ROOT / "LICENSE").read_text().startswith(" " * 33 + "Apache License")
