@@ -348,3 +348,15 @@ def test_paper_figures_match_paper_md() -> None:
         for pair, a, b, g in re.findall(r"(\d+(?:\.\d+)?B/\d+B) ([\d.]+) vs ([\d.]+) \(([\d.]+)x\)", line)
     }
     assert found == paper.TABLE3
+
+
+def test_reports_keep_runs_of_no_reported_experiment_and_say_what_they_left_out(capsys) -> None:
+    """A new algorithm's sweep (untagged, or under its own experiment name) stays on the Pareto plot beside the
+    pareto_* runs; runs of another reported experiment are left out, in one line."""
+    from evals.runs_table import select
+
+    df = pd.DataFrame({"experiment": ["pareto_amc23", None, "entropy_amc23", "table3", "pareto_amc23_single"]})
+    assert list(select(df, "pareto").index) == [0, 1, 2, 4]
+    assert capsys.readouterr().err.strip() == "report pareto: left out the runs of other experiments: table3 (1)"
+    assert list(select(df, "table3").index) == [1, 2, 3]
+    assert list(select(df[df["experiment"] == "table3"], "pareto").index) == []  # nothing to report: no line
