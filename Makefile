@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow
+.PHONY: venv demo test lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test-slow: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# The documentation site (MkDocs, strict: a missing page or bad config fails) into site/; the reference pages
+# are generated from the code first (docs/gen_reference.py). tests/test_docs.py checks both in `make test`.
+docs: $(STAMP)
+	$(PY) docs/gen_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 fuzz: $(STAMP)
 	$(PY) benchmarks/fuzz_http.py
@@ -85,4 +91,4 @@ test-sglang: $(SGL_STAMP) $(STAMP)
 	$(PY) -m pytest -q -m slow tests/baselines/test_sglang_baselines.py tests/baselines/test_http_model.py
 
 clean:
-	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache
+	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache site

@@ -89,3 +89,18 @@ def test_docs_links_resolve() -> None:
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def test_reference_pages_are_generated_from_the_code() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), "--check"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_docs_site_builds_in_strict_mode(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+                           "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "add_an_algorithm" / "index.html").is_file()
