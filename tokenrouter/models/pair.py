@@ -236,12 +236,13 @@ def is_built(path: Path, recipe: PairRecipe, seed: int) -> bool:
 
 
 def committed_dir() -> Path:
-    """The pair shipped in the repository checkout (models/tiny-pair), so `make demo` need not train."""
-    return Path(__file__).resolve().parents[2] / "models" / "tiny-pair"
+    """The pair shipped with the package (`tokenrouter/models/tiny_pair`: in a checkout a link to models/tiny-pair,
+    in a wheel a copy), so `make demo` and the quickstart need not train."""
+    return Path(__file__).resolve().parent / "tiny_pair"
 
 
 def default_dir(seed: int = 0) -> Path:
-    """Seed 0: the committed pair when this is a repository checkout; otherwise (and other seeds) the cache."""
+    """Seed 0: the committed pair (checkout or installed package); other seeds: the cache."""
     if seed == 0 and committed_dir().is_dir():
         return committed_dir()
     return cache_dir() / ("tiny-pair" if seed == 0 else f"tiny-pair-seed{seed}")
