@@ -80,8 +80,12 @@ def test_a_wheel_finds_its_configs_from_any_directory(tmp_path: Path) -> None:
     site = tmp_path / "site"
     pip_install([str(wheel)], site)
     assert (site / "tokenrouter" / "conf" / "config.yaml").is_file() and not (site / "tokenrouter" / "conf").is_symlink()
+    def files(root: Path) -> list[str]:
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+    assert files(site / "tokenrouter" / "conf") == files(ROOT / "conf")  # every config (a new group's folder too)
     # the committed local pair travels too: the quickstart's models=tiny loads it instead of training it
-    assert (site / "tokenrouter" / "models" / "tiny_pair" / "large" / "model.safetensors").is_file()
+    assert files(site / "tokenrouter" / "models" / "tiny_pair") == files(ROOT / "models" / "tiny-pair")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     probe = subprocess.run([sys.executable, "-c", "import tokenrouter; print(tokenrouter.__file__)"], cwd=elsewhere,
