@@ -87,7 +87,77 @@ def http_page() -> str:
     return "".join(parts)
 
 
-PAGES = {"cli.md": cli_page, "config.md": config_page, "http.md": http_page}
+SUMMARY = {
+    "schema_version": "2: the summary carries its config record (evals/run_record.py)",
+    "config": "the resolved config that produced these figures (the record every label is read from)",
+    "config_hash": "sha256 of the config's identity keys (all but `resume`, `objective`): what resume compares",
+    "experiment": "`experiment_name` of the experiment config, if any", "system": "the serving system",
+    "model_set": "the `models` set's name", "model_names": "the set's model names, entry model first",
+    "tp": "tensor-parallel size per member, e.g. `1/2`", "algorithm": "the algorithm config as run",
+    "workload": "the workload's name", "arrival": "closed_loop / all_at_once / poisson",
+    "request_rate": "poisson: requests per second", "concurrency": "closed-loop clients N (open loop: requests)",
+    "seed": "the run seed (routing and sampling seeds derive from it per request)",
+    "delayed_batching": "runtime.delayed_batching", "thresholds_spec": "runtime.thresholds as configured",
+    "thresholds": "the thresholds B_i(N) used at the run's N (null: the system has none, e.g. lock-step)",
+    "num_requests": "requests run", "errors": "requests that failed (recorded in requests.jsonl)",
+    "elapsed_s": "wall time of the measured part", "output_tokens": "output tokens of all requests",
+    "prompt_tokens": "prompt tokens of all requests",
+    "throughput_tok_s": "output tokens / elapsed (the paper's decoding throughput)",
+    "steady_throughput_tok_s": "closed loop: the same from first to last arrival (no drain tail; what the model predicts)",
+    "per_request_throughput_tok_s": "mean over requests of output tokens / latency (the Pareto study's axis)",
+    "predicted_throughput_tok_s": "the throughput model's prediction (sim engines, fixed-rate algorithms), else null",
+    "mean_in_flight": "mean requests in flight", "mean_output_tokens": "mean output length",
+    "mean_latency_s": "mean end-to-end latency", "p50_latency_s": "median latency", "p99_latency_s": "p99 latency",
+    "mean_ttft_s": "mean time to first token", "p99_ttft_s": "p99 time to first token",
+    "tokens_per_model": "output tokens each model committed", "token_share": "each model's share of them",
+    "large_token_share": "the set's last (strong) model's share",
+    "handoffs_per_request": "mean hand-offs per request", "router_calls_per_request": "mean route() calls per request",
+    "finish_reasons": "count per finish reason", "warmup_requests": "untimed requests run first",
+    "stats": "the system's own counters (per model: steps, batch sizes, waits, hand-offs; stats.py)",
+    "model_validity": "the throughput model's assumptions checked on the run's routing traces (perfmodel/validity.py)",
+    "provenance": "date, git commit and dirty flag, package versions, devices, host, the command typed",
+    "sweeper": "the Hydra sweeper that made the run (basic: a grid), null for a single run",
+}
+SERVING = "SGLang bench_serving's / `vllm bench serve`'s name and unit for the same figure"
+REQUEST = {
+    "index": "the request's position in the workload", "prompt_ids": "prompt token ids", "output_ids": "output ids",
+    "finish_reason": "stop / length / error", "tokens_per_model": "output tokens per model",
+    "handoffs": "hand-offs over all models", "arrival_s": "arrival (perf_counter seconds)",
+    "first_token_s": "first output token", "finish_s": "finish", "error": "why it failed, else null",
+    "extra": "system-specific fields", "latency_s": "finish - arrival", "ttft_s": "first token - arrival",
+    "model_runs": "run-length routing trace: [[model, tokens], ...] in output order",
+    "commit_ms": "[[ms after arrival, tokens committed], ...] per commit event", "prompt_text": "the prompt as text",
+    "text": "the output as text (models with a tokenizer)", "gold": "the workload's answer (graded workloads)",
+    "extracted": "the answer extracted from the output", "correct": "graded result (null: not graded)",
+}
+
+
+def results_page() -> str:
+    """summary.json and requests.jsonl of a real run (sim pair, TokenRouter), every key described."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as run:
+        subprocess.run([sys.executable, "-m", "tokenrouter", "bench", "models=sim-r2r", "system=tokenrouter",
+                        "workload.num_requests=2", "workload.output_tokens=4", f"hydra.run.dir={run}"],
+                       check=True, capture_output=True, timeout=300)
+        summary = json.loads((Path(run) / "summary.json").read_text())
+        request = json.loads((Path(run) / "requests.jsonl").read_text().splitlines()[0])
+    parts = [HEADER, "# Results reference: summary.json and requests.jsonl\n\nThe keys of a run dir's files, "
+             "as a TokenRouter run on the sim pair writes them (graded workloads add `accuracy` and its 95% "
+             "interval, SLOs add `request_goodput` and `slo_attainment`, and text models add `text` per "
+             "request).\n\n## summary.json\n\n| key | what |\n| --- | --- |\n"]
+    for key in sorted(summary):
+        parts.append(f"| `{key}` | {SUMMARY.get(key, SERVING)} |\n")
+    parts.append("\n## requests.jsonl (one line per finished request, written as it finishes)\n\n"
+                 "| key | what |\n| --- | --- |\n")
+    for key in {**request, "text": None}:
+        parts.append(f"| `{key}` | {REQUEST.get(key, '')} |\n")
+    return "".join(parts)
+
+
+PAGES = {"cli.md": cli_page, "config.md": config_page, "http.md": http_page, "results.md": results_page}
 
 
 def main(argv: list[str]) -> int:
