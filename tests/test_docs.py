@@ -42,13 +42,11 @@ def test_readme_quickstart_runs(tmp_path: Path) -> None:
     server = None
     try:
         for line in lines:
+            if line.endswith("&"):  # the server: in the background until its ready line
+                server, port = start_server(line[:-1], port, tmp_path, env)
+                continue
             line = line.replace("8000", port)
             print(f"$ {line}")
-            if line.endswith("&"):  # the server: in the background until its ready line
-                server = subprocess.Popen(shlex.split(line[:-1]), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
-                wait_ready(server)
-                continue
             done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
                                   timeout=300)
             assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
@@ -65,17 +63,34 @@ def test_readme_quickstart_runs(tmp_path: Path) -> None:
     assert (tmp_path / "runs" / "quickstart" / "report" / "systems.md").is_file()
 
 
-def wait_ready(server: subprocess.Popen) -> None:
+def start_server(command: str, port: str, cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """The quickstart's server, until its ready line. The port was free when picked: another process on this
+    shared machine can take it before the server binds, which the server reports in one line; then a new one."""
+    for _ in range(3):
+        print(f"$ {command.replace('8000', port)} &")
+        server = subprocess.Popen(shlex.split(command.replace("8000", port)), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        seen = wait_ready(server)
+        if seen is None:
+            return server, port
+        if "cannot listen on" not in seen:
+            pytest.fail(f"the server exited with {server.returncode}: {seen[-1000:]}")
+        port = str(free_port())
+    pytest.fail("no free port in 3 tries")
+
+
+def wait_ready(server: subprocess.Popen) -> str | None:
+    """None once the server printed its ready line; what it printed if it exited first."""
     deadline = time.monotonic() + 120
     assert server.stdout is not None
     seen: list[str] = []
     while time.monotonic() < deadline:
         line = server.stdout.readline()
         if "ready on" in line:
-            return
+            return None
         seen.append(line)
         if not line and server.poll() is not None:
-            pytest.fail(f"the server exited with {server.returncode}: {''.join(seen)[-1000:]}")
+            return "".join(seen)
     pytest.fail("the server printed no ready line in 120 s")
 
 
