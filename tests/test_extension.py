@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "entropy_router"
@@ -98,3 +99,30 @@ def test_a_wheel_finds_its_configs_from_any_directory(tmp_path: Path) -> None:
 
     assert version.stdout.strip() == f"tokenrouter {__version__}"
     assert (ROOT / "LICENSE").read_text().startswith(" " * 33 + "Apache License")
+
+
+@pytest.mark.slow  # trains an R2R router for the local pair (~1-2 min), then 5 runs on arith
+def test_the_entropy_router_on_the_pareto_plot_beside_r2r(tmp_path: Path) -> None:
+    """docs/add_an_algorithm.md, section 5: the outside package swept next to a trained R2R router on a graded
+    workload, both series on one Pareto plot."""
+    package = tmp_path / "entropy_router"
+    shutil.copytree(EXAMPLE, package)
+    site = tmp_path / "site"
+    pip_install([str(package)], site)
+    common = ["models=tiny", "workload=arith", "workload.num_problems=16", "concurrency=8"]
+    trained = tokenrouter(["train-router", "--algorithm", "r2r", "--out", str(tmp_path / "router"), "--epochs", "4",
+                           "models=tiny", "workload=arith", "workload.num_problems=40"], cwd=package, pythonpath=site)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    runs = [["-m", "--config-dir", "conf", *common, "algorithm=entropy", "algorithm.threshold=0.05,0.5",
+             "hydra.sweep.dir=runs/entropy"],
+            ["-m", *common, "algorithm=r2r", f"algorithm.router={tmp_path / 'router'}", "algorithm.threshold=0.5",
+             "hydra.sweep.dir=runs/r2r"],
+            ["-m", *common, "system=single", "+system.model=small,large", "hydra.sweep.dir=runs/single"]]
+    for argv in runs:
+        done = tokenrouter(["bench", *argv], cwd=package, pythonpath=site)
+        assert done.returncode == 0, done.stderr[-2000:]
+    done = tokenrouter(["report", "runs", "--out", "runs/report"], cwd=package, pythonpath=site)
+    assert done.returncode == 0, done.stderr[-2000:]
+    points = pd.read_csv(package / "runs" / "report" / "pareto_arith.csv")
+    series = set(points["series"])
+    assert {"tokenrouter (entropy)", "tokenrouter (r2r)"} <= series, series
