@@ -148,12 +148,21 @@ def results_page() -> str:
              "as a TokenRouter run on the sim pair writes them (graded workloads add `accuracy` and its 95% "
              "interval, SLOs add `request_goodput` and `slo_attainment`, and text models add `text` per "
              "request).\n\n## summary.json\n\n| key | what |\n| --- | --- |\n"]
+    from evals.metrics import serving_metrics
+
+    serving = set(serving_metrics([], 1.0, {}))  # the keys under bench_serving's names
+    unknown = sorted(set(summary) - set(SUMMARY) - serving)
+    if unknown:
+        raise SystemExit(f"docs/gen_reference.py: describe the new summary.json key(s) {unknown} in SUMMARY")
     for key in sorted(summary):
-        parts.append(f"| `{key}` | {SUMMARY.get(key, SERVING)} |\n")
+        parts.append(f"| `{key}` | {SUMMARY[key] if key in SUMMARY else SERVING} |\n")
     parts.append("\n## requests.jsonl (one line per finished request, written as it finishes)\n\n"
                  "| key | what |\n| --- | --- |\n")
+    unknown = sorted(set(request) - set(REQUEST))
+    if unknown:
+        raise SystemExit(f"docs/gen_reference.py: describe the new requests.jsonl key(s) {unknown} in REQUEST")
     for key in {**request, "text": None}:
-        parts.append(f"| `{key}` | {REQUEST.get(key, '')} |\n")
+        parts.append(f"| `{key}` | {REQUEST[key]} |\n")
     return "".join(parts)
 
 

@@ -233,9 +233,9 @@ async def warm_up(system: ServingSystem, prep: Prepared, count: int, clients: in
     system.reset_stats()
 
 
-async def run_system(cfg: Any, out: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
+async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, Any]:
     """Build the workload and the system, run every request, write requests.jsonl and summary.json (with
-    `config`, the resolved config as plain data, as its record; default: `cfg` resolved)."""
+    `config`, the resolved config as plain data, as its record)."""
     from evals.metrics import serving_metrics, steady_throughput, summarize
 
     arrival = str(cfg.get("arrival", "closed_loop"))
@@ -309,7 +309,7 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any] | None = None) 
     summary["model_validity"] = model_validity(rows, system.model_names)
     summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
     summary["sweeper"] = sweeper_choice()
-    return run_record.write_summary(out, summary, resolved(cfg) if config is None else config)
+    return run_record.write_summary(out, summary, config)
 
 
 def request_rate(cfg: Any) -> float:

@@ -120,7 +120,7 @@ def run_row(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def load_results(paths: Iterable[str | Path], warn: bool = True) -> pd.DataFrame:
+def load_results(paths: Iterable[str | Path]) -> pd.DataFrame:
     """All runs found under `paths` as one DataFrame (one row per run, TYPES applied). A summary that does
     not validate is skipped, with one line on stderr naming it and why."""
     dirs = find_run_dirs(paths)
@@ -128,8 +128,7 @@ def load_results(paths: Iterable[str | Path], warn: bool = True) -> pd.DataFrame
     for run_dir in dirs:
         stored = read_summary(run_dir)
         if stored.summary is None:
-            if warn:
-                print(f"warning: skipping {stored.path}: {stored.problem}", file=sys.stderr)
+            print(f"warning: skipping {stored.path}: {stored.problem}", file=sys.stderr)
             continue
         rows.append(run_row(run_dir, stored.summary))
     if not rows:

@@ -200,8 +200,8 @@ def collect(sweep_dir: Path, failures: list[JobFailure] | None = None) -> None:
             return
         table = pd.DataFrame({"run_dir": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
     have = {str(Path(d).resolve()) for d in table["run_dir"]}
-    failed = [{"run_dir": str(Path(f.run_dir).resolve()), "status": "failed", "error": f.message}
-              for f in failures or [] if str(Path(f.run_dir).resolve()) not in have]
+    errors = {str(Path(f.run_dir).resolve()): f.message for f in failures or []}
+    failed = [{"run_dir": d, "status": "failed", "error": m} for d, m in errors.items() if d not in have]
     if failed:
         table = pd.concat([table, pd.DataFrame(failed)], ignore_index=True)
     atomic_write_text(sweep_dir / "results.csv", table.to_csv(index=False))

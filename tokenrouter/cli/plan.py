@@ -64,10 +64,10 @@ class JobPlan:
 
 def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
     from tokenrouter.config import model_specs
-    from tokenrouter.engine.memory_plan import cuda_totals, demand, model_size, plan_memory, planned
+    from tokenrouter.engine.memory_plan import cuda_totals, demand, model_size, plan_memory, planned_models
 
     specs = model_specs(cfg.models)
-    cuda = [s for s in specs if s.device.startswith("cuda") and s.engine != "sim"]
+    cuda = planned_models(specs)
     lines = [f"  system {cfg.system.name}, algorithm {cfg.algorithm.name}, models {cfg.models.get('name')}, "
              f"N={cfg.get('concurrency')}, workload {cfg.workload.get('name')}"]
     devices = totals if totals is not None else cuda_totals()
@@ -75,7 +75,7 @@ def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
         return JobPlan("\n".join(lines), "this machine has no CUDA device: pass --gpus N --gpu-memory-gib G to "
                                          "check the plan for a GPU node")
     sizes = {s.name: model_size(s) for s in specs if s.engine != "sim"}
-    demands = [demand(s, sizes[s.name].numel, sizes[s.name]) for s in cuda]
+    demands = [demand(s, sizes[s.name].numel, sizes[s.name].config) for s in cuda]
     try:
         kv = plan_memory(demands, devices or {})
     except UserError as exc:
@@ -89,9 +89,7 @@ def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
         devs = ",".join(d.devices) if d else spec.device
         weights = f"{d.weights_bytes / GIB:.2f} GiB" if d else "-"
         if d is not None and spec.name in kv:
-            tokens = planned(spec, kv[spec.name], d.kv_bytes_per_token)
-            kv_tokens = tokens.kv_tokens if spec.engine == "sglang" else kv[spec.name] // d.kv_bytes_per_token
-            kv_text, tok_text = f"{kv[spec.name] / GIB:.2f} GiB", f"{kv_tokens:,}"
+            kv_text, tok_text = f"{kv[spec.name] / GIB:.2f} GiB", f"{kv[spec.name] // d.kv_bytes_per_token:,}"
         elif d is not None:
             kv_text, tok_text = f"{d.kv_bytes / GIB:.2f} GiB", f"{d.kv_bytes // d.kv_bytes_per_token:,}"
         else:
@@ -134,7 +132,7 @@ def short_kv_warnings(cfg: Any, specs: list, kv: dict[str, int], demands: dict) 
 
 
 def _routing(cfg: Any) -> str:
-    router = cfg.algorithm.get("router") if "router" in cfg.algorithm else None
+    router = cfg.algorithm.get("router")
     return f"{cfg.algorithm.name}" + (f" with router {router}" if router else "")
 
 

@@ -62,8 +62,9 @@ def prepare_models(specs: list[ModelSpec]) -> list[ModelSpec]:
     from tokenrouter.engine.loader import loadable_source
     from tokenrouter.engine.memory_plan import plan_specs
 
-    # a set that cannot fit fails before any download, where every size is known (on disk or a footprint)
-    if all(s.engine == "sim" or s.footprint is not None or loadable_source(s.source).is_local for s in specs):
+    missing = [s for s in specs if s.engine != "sim" and not loadable_source(s.source).is_local]
+    # a set that cannot fit fails before any download, where every missing model's size is recorded
+    if missing and all(s.footprint is not None for s in missing):
         plan_specs(specs)
-    download_all(specs)
-    return plan_specs(specs)  # again, from the downloaded files themselves
+    download_all(missing)
+    return plan_specs(specs)  # from the files themselves

@@ -116,33 +116,36 @@ def kv_bytes_per_token(config: object, dtype: str, tp: int = 1) -> int:
 
 @dataclass(frozen=True)
 class Size:
-    """What a plan needs of a checkpoint: parameters and the attention shape (a config-like object)."""
+    """What a plan needs of a checkpoint: its parameters and its config (or a stand-in with the same attention
+    fields, from the model set's footprint)."""
 
     numel: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
+    config: object  # num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim (kv_bytes_per_token)
     measured: bool  # from the files on disk (else from the model set's recorded footprint)
 
 
 def model_size(spec: ModelSpec) -> Size:
     """The checkpoint's size: measured from its files when they are on disk (local, built-in or cached Hub
     snapshot: safetensors headers and config.json, no weights read), else the footprint the model set records."""
+    from types import SimpleNamespace
+
     from tokenrouter.engine.loader import load_config, loadable_source
 
     src = loadable_source(spec.source)
     if src.is_local:
-        cfg = load_config(spec.source)
-        heads = int(cfg.num_attention_heads)
-        return Size(weights_numel(src.location, src.gguf_file), int(cfg.num_hidden_layers), heads,
-                    int(getattr(cfg, "num_key_value_heads", None) or heads),
-                    int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads), True)
+        return Size(weights_numel(src.location, src.gguf_file), load_config(spec.source), True)
     f = spec.footprint
     if f is None:
         raise UserError(f"model {spec.name!r}: {spec.source} is not on disk and the model set records no footprint "
                         "(download it, or add models.members.N.footprint: {params, layers, heads, kv_heads, head_dim})")
-    return Size(f.params, f.layers, f.heads, f.kv_heads, f.head_dim, False)
+    shape = SimpleNamespace(num_hidden_layers=f.layers, num_attention_heads=f.heads, num_key_value_heads=f.kv_heads,
+                            head_dim=f.head_dim)
+    return Size(f.params, shape, False)
+
+
+def planned_models(specs: list[ModelSpec]) -> list[ModelSpec]:
+    """The models the joint plan covers: weighted models on CUDA devices (host memory is not planned)."""
+    return [s for s in specs if s.device.startswith("cuda") and s.engine != "sim"]
 
 
 def demand(spec: ModelSpec, numel: int, config: object) -> Demand:
@@ -171,10 +174,10 @@ def plan_specs(specs: list[ModelSpec], totals: dict[str, int] | None = None) -> 
     """The specs with each CUDA model's mem_fraction turned into an absolute KV size (`planned`). CPU models
     are left as they are: host memory is not planned. `totals` (device -> bytes) defaults to this machine's
     CUDA devices."""
-    cuda = [s for s in specs if s.device.startswith("cuda") and s.engine != "sim"]
+    cuda = planned_models(specs)
     if not cuda:
         return specs
-    demands = [demand(s, size.numel, size) for s, size in ((s, model_size(s)) for s in cuda)]
+    demands = [demand(s, size.numel, size.config) for s, size in ((s, model_size(s)) for s in cuda)]
     kv = plan_memory(demands, cuda_totals() if totals is None else totals)
     per_token = {d.name: d.kv_bytes_per_token for d in demands}
     return [planned(s, kv[s.name], per_token[s.name]) if s.name in kv else s for s in specs]

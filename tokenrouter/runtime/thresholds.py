@@ -30,8 +30,7 @@ def infeasible_note(spec: Any, effective: list[int] | None, n: int) -> str | Non
     condition, but not what was asked for); None for "auto", for thresholds that stood, and when none apply."""
     if effective is None or not isinstance(spec, list | tuple) or not spec:
         return None
-    rows = spec if all(isinstance(r, list | tuple) for r in spec) else [spec]
-    asked = list(rows[min(max(n, 1), len(rows)) - 1])
+    asked = ThresholdTable(spec, len(effective)).asked(n)
     if asked == list(effective):
         return None
     return (f"runtime.thresholds {asked} are infeasible at N={n} (delayed batching needs sum(B_i - 1) < N): "
@@ -66,7 +65,11 @@ class ThresholdTable:
             raise UserError(f"runtime.thresholds: expected 'auto', a list per model or a per-N table, got {spec!r}")
         self._cache: dict[int, list[int]] = {}
 
+    def asked(self, n: int) -> list[int]:
+        """The configured row for N (before it is made feasible)."""
+        return list(self._rows[min(max(n, 1), len(self._rows)) - 1])
+
     def __call__(self, n: int) -> list[int]:
         if n not in self._cache:
-            self._cache[n] = make_feasible(self._rows[min(max(n, 1), len(self._rows)) - 1], n)
+            self._cache[n] = make_feasible(self.asked(n), n)
         return self._cache[n]
