@@ -128,9 +128,9 @@ def test_engine_turns_prefill_graphs_off_and_counts_decode_replays_only() -> Non
 def test_every_engine_server_arg_is_a_field_of_sglangs_server_args() -> None:
     """Where SGLang is installed (make test-sglang), its ServerArgs takes every key we pass."""
     server_args = pytest.importorskip("sglang.srt.server_args")
-    import dataclasses
+    import msgspec
 
-    fields = {f.name for f in dataclasses.fields(server_args.ServerArgs)}
+    fields = {f.name for f in msgspec.structs.fields(server_args.ServerArgs)}  # 0.5.23: a msgspec Struct
     spec = ModelSpec(name="m", source="x", engine="sglang", device="cuda:0", kv_tokens=4096)
     assert set(engine_server_args(spec, "/m", 0, cuda_graph=True)) <= fields
 
