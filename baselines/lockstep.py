@@ -36,6 +36,9 @@ from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.admission import KVBudget
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
+from tokenrouter.trace.record import BatchRecorder, TraceLog
+
+DRIVER = "lock-step driver"
 
 
 @dataclass
@@ -57,6 +60,7 @@ class _Active:
     finish_s: float = 0.0
     finish_reason: str | None = None  # set once finished
     error: str | None = None
+    ready_s: float = 0.0  # runtime.trace: when its current model could next step it (admission, its last step)
 
 
 @dataclass
@@ -88,6 +92,10 @@ class LockstepSystem(ServingSystem):
         self._next_id = 0
         self._closed = False
         self._dead: str | None = None  # why the driver stopped, if it failed
+        self._trace = TraceLog(self.model_names, runtime.trace_max_batches, "lockstep", DRIVER) \
+            if runtime.trace else None
+        self._recorders = [BatchRecorder(m, runtime.trace_max_batches) for m in range(len(models))] \
+            if runtime.trace else []
 
     # -- life cycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -146,6 +154,9 @@ class LockstepSystem(ServingSystem):
             raise RuntimeError(self._dead)
         return await active.future
 
+    def trace_log(self) -> TraceLog | None:
+        return self._trace
+
     def stats(self) -> dict:
         return {"system": "lockstep",
                 "models": {name: s.to_dict() for name, s in zip(self.model_names, self._stats, strict=True)}}
@@ -189,6 +200,8 @@ class LockstepSystem(ServingSystem):
     def _deliver(self, a: _Active) -> None:
         assert self._loop is not None
         result = self._result(a)
+        if self._trace is not None:
+            self._trace.finished(result, a.rid)
         self._loop.call_soon_threadsafe(lambda: a.future.done() or a.future.set_result(result))
 
     def _admit(self, waiting: list[_Active]) -> list[_Active]:
@@ -206,6 +219,7 @@ class LockstepSystem(ServingSystem):
             if len(self._active) >= self.runtime.max_batch_size or not self._reserve(needs):
                 return waiting[i:]
             a.reserved = needs
+            a.ready_s = time.perf_counter()
             self._active.append(a)
         return []
 
@@ -258,12 +272,16 @@ class LockstepSystem(ServingSystem):
         return view.seq_len - a.fed[m]
 
     def _step(self, m: int, rows: list[_Active]) -> None:
+        launched = time.perf_counter()
         engine, algo = self.engines[m], self.algorithms[m]
         views = [a.views[m] for a in rows]
         items = [StepItem(a.rid, v.tokens[a.fed[m]:], v.sampling,
                           banned_ids=banned_ids(v.position, v.min_new_tokens, self._stop_ids(a)))
                  for a, v in zip(rows, views, strict=True)]
+        stats = self._stats[m]
+        committed, handoffs, t0 = stats.tokens_committed, stats.handoffs_sent, time.perf_counter()
         out = engine.step(items, algo.needs.step_outputs)
+        engine_s = time.perf_counter() - t0
         for a, v in zip(rows, views, strict=True):
             a.fed[m] = v.seq_len
         self._stats[m].steps += 1
@@ -281,6 +299,22 @@ class LockstepSystem(ServingSystem):
                 self._finish(a, settled.finish)
             elif settled.peer is not None:
                 self._hand_off(a, m, settled.peer)
+        if self._trace is not None:
+            self._trace_step(m, rows, items, launched, engine_s, stats.tokens_committed - committed,
+                             stats.handoffs_sent - handoffs)
+
+    def _trace_step(self, m: int, rows: list[_Active], items: list[StepItem], launched: float, engine_s: float,
+                    committed: int, handoffs: int) -> None:
+        """runtime.trace: the step's record; each row is ready again (on whichever model holds it) from now."""
+        assert self._trace is not None
+        end = time.perf_counter()
+        recorder = self._recorders[m]
+        recorder.record(launched, end, engine_s, [a.ready_s for a in rows], [a.rid for a in rows],
+                        [len(it.token_ids) for it in items], committed, handoffs, 0, len(rows), len(self._active),
+                        False)
+        self._trace.add(recorder.take())
+        for a in rows:
+            a.ready_s = end
 
     def _stop_ids(self, a: _Active) -> list[int] | tuple[int, ...]:
         return a.req.stop_token_ids if a.req.stop_token_ids is not None else self.engines[0].eos_token_ids

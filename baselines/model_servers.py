@@ -90,7 +90,9 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 async def launch_tokenrouter(spec: ModelSpec, runtime: RuntimeConfig, seed: int, workdir: Path, index: int,
                              timeout_s: float) -> ModelServer:
     """`tokenrouter serve` over `spec` alone with algorithm `stay`, configured by a file in `workdir`."""
-    rt = replace(runtime, thresholds=[1])  # one model: batch whatever is ready
+    stem = f"server{index}"
+    # one model: batch whatever is ready; runtime.trace: the server writes its trace here at shutdown
+    rt = replace(runtime, thresholds=[1], trace_file=str(trace_path(workdir, index)))
     config = {
         "models": {"name": spec.name, "members": [spec.to_dict()]},
         "algorithm": {"name": "stay"},
@@ -98,7 +100,6 @@ async def launch_tokenrouter(spec: ModelSpec, runtime: RuntimeConfig, seed: int,
         "seed": seed,
         "server": {"host": "127.0.0.1", "port": 0, "log_level": "warning", "model_name": spec.name},
     }
-    stem = f"server{index}"
     (workdir / f"{stem}.yaml").write_text(json.dumps(config, indent=1))  # JSON is YAML
     log_path = workdir / f"{stem}.log"
     proc = await _spawn([sys.executable, "-m", "tokenrouter", "serve", "-cp", str(workdir), "-cn", stem],
@@ -115,6 +116,11 @@ async def launch_tokenrouter(spec: ModelSpec, runtime: RuntimeConfig, seed: int,
             f"was not ready after {timeout_s:g} s"
         raise UserError(f"std_serving: server for model {spec.name!r} {why}: {_log_tail(log_path)}") from None
     return ModelServer(spec.name, url, proc, log_path, asyncio.create_task(_discard(proc.stdout)))
+
+
+def trace_path(workdir: Path, index: int) -> Path:
+    """Where our server `index` writes its trace.json (runtime.trace) when it stops."""
+    return workdir / f"server{index}.trace.json"
 
 
 async def _ready_url(stdout: asyncio.StreamReader) -> str:

@@ -41,7 +41,7 @@ from baselines.http_model import (
     start_server,
     stop_servers,
 )
-from baselines.model_servers import KINDS, ModelServer
+from baselines.model_servers import KINDS, ModelServer, trace_path
 from baselines.sglang_server import SGLangServerOptions
 from tokenrouter import handoff
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
@@ -52,6 +52,10 @@ from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
+from tokenrouter.trace.chrome import records_from_chrome
+from tokenrouter.trace.record import TraceLog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -221,6 +225,9 @@ class StdServingSystem(ServingSystem):
         self._committed = [0] * len(models)
         self._handoffs = [0] * len(models)
         self._baseline: list[dict[str, float] | None] = [None] * len(models)  # server counters at reset_stats()
+        # runtime.trace: our servers record their batches; SGLang's record none (the trace shows requests only)
+        self._trace = TraceLog(self.model_names, runtime.trace_max_batches, "std_serving") \
+            if runtime.trace and self.opts.server == "tokenrouter" else None
 
     # ---- life cycle ----------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -252,7 +259,21 @@ class StdServingSystem(ServingSystem):
         """Stop every server (no process left) and remove the config/log directory. Idempotent."""
         client, servers, workdir = self._client, self.servers, self._dir
         self._client, self.servers, self._dir = None, [], None
-        await stop_servers(client, servers, workdir)
+        await stop_servers(client, servers, workdir, self._read_traces if self._trace is not None else None)
+
+    def trace_log(self) -> TraceLog | None:
+        return self._trace
+
+    def _read_traces(self, workdir: Path) -> None:
+        """The batches each model's server traced (written when it stopped), as that model's track."""
+        from tokenrouter.trace.summary import load_trace
+
+        assert self._trace is not None
+        for i, name in enumerate(self.model_names):
+            try:
+                self._trace.add(records_from_chrome(load_trace(trace_path(workdir, i)), i))
+            except UserError as exc:
+                log.warning("runtime.trace: model %r server's trace is missing: %s", name, exc)
 
     async def __aenter__(self) -> StdServingSystem:
         await self.start()

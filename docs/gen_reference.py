@@ -117,6 +117,22 @@ SUMMARY = {
     "model_validity": "the throughput model's assumptions checked on the run's routing traces (perfmodel/validity.py)",
     "provenance": "date, git commit and dirty flag, package versions, devices, host, the command typed",
     "sweeper": "the Hydra sweeper that made the run (basic: a grid), null for a single run",
+    "trace": "runtime.trace: the trace's figures (below; `tokenrouter trace summarize` prints them)",
+}
+TRACE = {
+    "window_s": "the run's first event to its last (the same window for every model)",
+    "requests": "requests in the trace", "handoffs": "hand-offs over all requests",
+    "flows": "hand-offs drawn as flow events (systems whose batches name their requests)",
+    "batches": "batches in the trace", "capped": "models that reached runtime.trace_max_batches",
+}
+TRACE_MODEL = {
+    "batches": "batches this model stepped", "busy_fraction": "its batches' time / the window",
+    "busy_s": "its batches' time", "idle_gaps": "gaps between its consecutive batches",
+    "idle_gap_p50_ms": "their median", "idle_gap_p99_ms": "their p99", "idle_s": "their sum",
+    "mean_batch_size": "requests per batch", "forced_by_max_wait": "batches launched below the threshold by max-wait",
+    "wait_busy_s": "time requests were ready on it while it stepped another batch",
+    "wait_idle_s": "time requests were ready on it while it was idle (a threshold; lock-step: the other model)",
+    "wait_per_request_step_ms": "both waits per request-step",
 }
 SERVING = "SGLang bench_serving's / `vllm bench serve`'s name and unit for the same figure"
 REQUEST = {
@@ -140,7 +156,8 @@ def results_page() -> str:
 
     with tempfile.TemporaryDirectory() as run:
         subprocess.run([sys.executable, "-m", "tokenrouter", "bench", "models=sim-r2r", "system=tokenrouter",
-                        "workload.num_requests=2", "workload.output_tokens=4", f"hydra.run.dir={run}"],
+                        "workload.num_requests=2", "workload.output_tokens=4", "runtime.trace=true",
+                        f"hydra.run.dir={run}"],
                        check=True, capture_output=True, timeout=300)
         summary = json.loads((Path(run) / "summary.json").read_text())
         request = json.loads((Path(run) / "requests.jsonl").read_text().splitlines()[0])
@@ -163,6 +180,18 @@ def results_page() -> str:
         raise SystemExit(f"docs/gen_reference.py: describe the new requests.jsonl key(s) {unknown} in REQUEST")
     for key in {**request, "text": None}:
         parts.append(f"| `{key}` | {REQUEST[key]} |\n")
+    trace, per_model = summary["trace"], next(iter(summary["trace"]["models"].values()))
+    unknown = sorted((set(trace) - set(TRACE) - {"models"}) | (set(per_model) - set(TRACE_MODEL)))
+    if unknown:
+        raise SystemExit(f"docs/gen_reference.py: describe the new trace figure(s) {unknown} in TRACE / TRACE_MODEL")
+    parts.append("\n## With runtime.trace=true\n\nThe run dir also holds `trace.json` (Chrome Trace Event format: "
+                 "open it in Perfetto, ui.perfetto.dev, or chrome://tracing; a track per model, a slice per "
+                 "batch with its figures as args, hand-offs as flows, an async slice per request) and "
+                 "`samples.json` (a few responses token by token, with the model that produced each token). "
+                 "summary.json `trace` holds:\n\n| key | what |\n| --- | --- |\n")
+    parts += [f"| `{key}` | {TRACE[key]} |\n" for key in trace if key != "models"]
+    parts.append("\nand per model, `trace.models.<name>`:\n\n| key | what |\n| --- | --- |\n")
+    parts += [f"| `{key}` | {TRACE_MODEL[key]} |\n" for key in per_model]
     return "".join(parts)
 
 

@@ -270,6 +270,9 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
             except Exception as exc:  # noqa: BLE001 - a system that cannot start is a failed run, not a bug here
                 raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
             await warm_up(system, prep, warmup, clients, cfg.system.name)
+            trace = system.trace_log()
+            if trace is not None:
+                trace.start_window(time.perf_counter())  # the warm-up is not part of the trace
             # what exists now (engines run in this process by lock-step / Std. Serving, torch) is out of the
             # cyclic GC's full collections for the measured part, as in TokenRouter's subservers (heap.py):
             # every system gets the same treatment
@@ -278,7 +281,7 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
                 results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
             finally:
                 gc.unfreeze()
-            stats = system.stats()
+            stats = await system.refresh_stats()
             extra = system.summary_extra()
         finally:
             await system.close()
@@ -308,6 +311,11 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
     # geometric run lengths and stationary rates per model, from `model_runs` (None when the rows have none)
     summary["model_validity"] = model_validity(rows, system.model_names)
     summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
+    if cfg.runtime.get("trace", False):
+        from evals.run_trace import write_run_trace
+
+        summary["trace"] = write_run_trace(out, system, cfg.system.name, results, [rows[k] for k in order],
+                                           prep.tokenizer)
     summary["sweeper"] = sweeper_choice()
     return run_record.write_summary(out, summary, config)
 

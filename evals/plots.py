@@ -238,9 +238,17 @@ def concurrency_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     return [out / "concurrency.csv", *_save(fig, out, "concurrency")]
 
 
+# Open-loop load panels, as `vllm bench sweep` draws them: (median column, p99 column or None, y label)
+LOAD_PANELS = [(THROUGHPUT, None, "achieved throughput (tok/s)"),
+               ("median_ttft_ms", "p99_ttft_ms", "TTFT (ms): p50 solid, p99 dashed"),
+               ("median_tpot_ms", "p99_tpot_ms", "TPOT (ms): p50 solid, p99 dashed"),
+               ("request_goodput", None, "goodput under the SLOs (requests/s)")]
+
+
 def load_plot(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Open-loop load curves: mean / p99 latency and achieved throughput against the offered request rate
-    (arrival=poisson), one line per series; load.csv also holds the mean TTFT."""
+    """Open-loop load curves against the offered request rate (arrival=poisson), one line per series: achieved
+    throughput, p50/p99 TTFT and TPOT, and goodput under the configured SLOs (when `slo.*` was set); load.csv
+    also holds mean / p99 latency and mean TTFT."""
     runs = has(select(df, "rate_sweep"), "request_rate", "mean_latency_s", THROUGHPUT, "system").copy()
     if runs.empty:
         return []
@@ -248,22 +256,23 @@ def load_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     runs = runs[runs.groupby("series")["request_rate"].transform("nunique") >= 2]
     if runs.empty:
         return []
-    columns = [c for c in (THROUGHPUT, "mean_latency_s", "p99_latency_s", "mean_ttft_s") if c in runs]
+    columns = [c for c in (THROUGHPUT, "mean_latency_s", "p99_latency_s", "mean_ttft_s", "median_ttft_ms",
+                           "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "request_goodput") if c in runs]
     table = runs.groupby(["series", "request_rate"], as_index=False)[columns].mean()
     table = table.sort_values(["series", "request_rate"])
+    panels = [p for p in LOAD_PANELS if p[0] in table and table[p[0]].notna().any()]
     with sns.axes_style("whitegrid"):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
         palette = dict(zip(table["series"].unique(), sns.color_palette("tab10"), strict=False))
-        for name, g in table.groupby("series"):
-            axes[0].plot(g["request_rate"], g["mean_latency_s"], "o-", color=palette[name], label=f"{name} mean")
-            if "p99_latency_s" in g:
-                axes[0].plot(g["request_rate"], g["p99_latency_s"], "s--", color=palette[name], label=f"{name} p99")
-            axes[1].plot(g["request_rate"], g[THROUGHPUT], "o-", color=palette[name], label=name)
-        axes[0].set_ylabel("request latency (s)")
-        axes[1].set_ylabel("throughput (tok/s)")
-        for ax in axes:
+        for ax, (median, p99, label) in zip(axes[0], panels, strict=True):
+            for name, g in table.groupby("series"):
+                ax.plot(g["request_rate"], g[median], "o-", color=palette[name], label=name)
+                if p99 is not None and p99 in g:
+                    ax.plot(g["request_rate"], g[p99], "s--", color=palette[name], label=f"{name} p99")
             ax.set_xlabel("offered load (requests/s, Poisson)")
-            ax.legend(fontsize=8)
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)
+        axes[0][0].legend(fontsize=8)
     table.to_csv(out / "load.csv", index=False)
     return [out / "load.csv", *_save(fig, out, "load")]
 

@@ -45,6 +45,9 @@ def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
     ]
     for report in reports:
         written += report(df, out)
+    from evals.html_report import write_html_report
+
+    written.append(write_html_report(df, out))
     return written
 
 

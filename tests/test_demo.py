@@ -140,7 +140,7 @@ def test_report_files_and_closing_note(runs: Path, tmp_path: Path) -> None:
                "routers": {"r2r": {"threshold": 0.4, "heldout_auc": 0.81}}, "phases": {"sweeps": 61.0}, "failed": []}
     written = demo.write_report(runs, out, figures)
     names = {p.name for p in written}
-    assert {"runs.csv", "pareto_arith.png", "table3.md", "summary.md", "query_level.md"} <= names
+    assert {"runs.csv", "pareto_arith.png", "table3.md", "summary.md", "query_level.md", "report.html"} <= names
     assert all(p.is_file() for p in written)
     table3 = (out / "table3.md").read_text()
     assert "150.00" in table3 and "60.00" in table3  # R2R at threshold 0.3 on both systems, R-Stitch left out
@@ -162,7 +162,12 @@ def test_demo_smoke_end_to_end(tmp_path: Path) -> None:
     out, sweep = tmp_path / "out", tmp_path / "runs"
     argv = ["demo", "--smoke", "--out", str(out), "--sweep-dir", str(sweep), "models=tiny-random"]
     assert main(argv) == 0
-    assert {"runs.csv", "summary.md", "table3.md", "demo.md", "demo.json"} <= {p.name for p in out.iterdir()}
+    assert {"runs.csv", "summary.md", "table3.md", "demo.md", "demo.json", "report.html"} <= \
+        {p.name for p in out.iterdir()}
+    traced = {json.loads((p.parent / "summary.json").read_text())["system"] for p in sweep.glob("*/trace.json")}
+    assert {"tokenrouter", "lockstep"} <= traced
+    page = (out / "report.html").read_text()
+    assert 'id="timeline"' in page and 'id="tokens"' in page and "lockstep (r2r)" in page
     figures = json.loads((out / "demo.json").read_text())
     assert set(figures["step_ms"]) == {"small", "large"} and figures["failed"] == []
     stamp_mtime = (sweep / demo.STAMP_FILE).stat().st_mtime_ns

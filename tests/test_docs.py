@@ -61,6 +61,20 @@ def test_readme_quickstart_runs(tmp_path: Path) -> None:
             server.wait(30)
     assert (tmp_path / "runs" / "quickstart" / "results.csv").is_file()
     assert (tmp_path / "runs" / "quickstart" / "report" / "systems.md").is_file()
+    assert (tmp_path / "runs" / "quickstart" / "report" / "report.html").is_file()
+    assert (tmp_path / "runs" / "quickstart" / "0" / "trace.json").is_file()
+
+
+def test_see_a_run_commands_run(tmp_path: Path) -> None:
+    """docs/see_a_run.md: trace two runs, summarize them, report them."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for line in shell_block(ROOT / "docs" / "see_a_run.md", "Commands"):
+        print(f"$ {line}")
+        done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
+        if line.startswith("tokenrouter trace summarize runs"):
+            assert "(tokenrouter)" in done.stdout and "(lockstep)" in done.stdout
+    assert (tmp_path / "runs" / "traced" / "report" / "report.html").is_file()
 
 
 def start_server(command: str, port: str, cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:

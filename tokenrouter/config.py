@@ -164,9 +164,14 @@ class RuntimeConfig:
     spin_us: float = 0.0
     # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
     startup_timeout_s: float = 600.0
+    # record every batch and request on one time axis (tokenrouter/trace): the bench writes trace.json into the
+    # run dir, `serve` writes it to trace_file at shutdown; each model keeps at most trace_max_batches batches
+    trace: bool = False
+    trace_max_batches: int = 100_000
+    trace_file: str = "trace.json"
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_step_tokens", "auto_max_concurrency"):
+        for name in ("max_batch_size", "max_step_tokens", "auto_max_concurrency", "trace_max_batches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"runtime.{name} must be an integer >= 1, got {value!r}")
@@ -179,6 +184,10 @@ class RuntimeConfig:
                 raise UserError(f"runtime.{name} must be a number > 0, got {value!r}")
         if isinstance(self.spin_us, bool) or not isinstance(self.spin_us, int | float) or not self.spin_us >= 0:
             raise UserError(f"runtime.spin_us must be a number >= 0, got {self.spin_us!r}")
+        if not isinstance(self.trace, bool):
+            raise UserError(f"runtime.trace must be true or false, got {self.trace!r}")
+        if not isinstance(self.trace_file, str) or not self.trace_file:
+            raise UserError(f"runtime.trace_file must be a file path, got {self.trace_file!r}")
         if self.policy not in ("thresholds", "optimal"):
             raise UserError(f"runtime.policy must be 'thresholds' or 'optimal', got {self.policy!r}")
         if self.ipc not in ("ipc", "tcp"):

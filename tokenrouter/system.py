@@ -19,6 +19,7 @@ from typing import Any
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs, plain, seed_value
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
+from tokenrouter.trace.record import TraceLog
 
 # The runner folds the experiment seed into every request's seed (evals.bench.request_seed), identically for
 # every system; a TokenRouter front end would shift request seeds again by its own seed, so it gets 0.
@@ -43,6 +44,11 @@ class ServingSystem(ABC):
     def stats(self) -> dict[str, Any]:
         """The system's own counters, recorded under summary.json `stats`."""
 
+    async def refresh_stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """`stats()` once they are current: a system whose counters reach it with a lag (TokenRouter's ride
+        along with its subservers' traffic) asks for fresh ones first; the runner records these."""
+        return self.stats()
+
     def calibrate(self, requests: list[GenerationRequest], texts: list[str]) -> None:
         """Called before `start()` with the whole workload (query-level routing sets its threshold from the
         prompts' scores; TokenRouter sets `runtime.auto_context_tokens` to its mean context)."""
@@ -54,6 +60,11 @@ class ServingSystem(ABC):
     def summary_extra(self) -> dict[str, Any]:
         """Extra summary.json fields after the run (RouteLLM's APGR / CPT)."""
         return {}
+
+    def trace_log(self) -> TraceLog | None:
+        """With `runtime.trace`: the batches (and finished requests) this system recorded; None for a system
+        that records no batches (its trace then shows requests only)."""
+        return None
 
     def batching_thresholds(self, n: int) -> list[int] | None:
         """The delayed-batching thresholds at `n` active requests (recorded, and used for the throughput

@@ -301,6 +301,7 @@ def test_reports_only_what_runs_support(runs: Path, tmp_path: Path) -> None:
     written = {p.name for p in write_reports(load_results([runs / "validation"]), tmp_path)}
     assert written == {
         "runs.csv",
+        "report.html",
         "threshold_validation.csv",
         "threshold_validation.png",
         "threshold_validation.pdf",

@@ -266,6 +266,7 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     the measured comparisons to `figures`."""
     from evals import demo_summary as ds
     from evals import plots
+    from evals.html_report import write_html_report
     from evals.report import query_level, table3
     from evals.store import load_results
     from evals.tables import to_markdown
@@ -278,7 +279,7 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     table = ds.summary_table(df)
     table.to_csv(out / "summary.csv", index=False)
     (out / "summary.md").write_text(f"Demo runs ({figures['workload']}, N={figures['N']}).\n\n{to_markdown(table)}\n")
-    written += [out / "summary.csv", out / "summary.md"]
+    written += [out / "summary.csv", out / "summary.md", write_html_report(df, out)]
     figures.update(
         accuracy=ds.single_accuracies(df),
         lockstep=ds.throughput_ratios(ds.lockstep_pairs(df)),

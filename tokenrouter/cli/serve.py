@@ -230,9 +230,21 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
         closed.cancel()
     finally:
         await frontend.close()
+        if runtime.trace:
+            write_serve_trace(frontend, Path(runtime.trace_file))
     if frontend.failure is not None:
         raise RuntimeFailure(frontend.failure)
     return 0
+
+
+def write_serve_trace(frontend: Any, path: Path) -> None:
+    """runtime.trace: what the server did, as trace.json at `path` (written at shutdown, whatever ended it)."""
+    from tokenrouter.trace.chrome import chrome_trace, write_trace
+
+    trace = frontend.trace_log()
+    write_trace(path, chrome_trace(trace, frontend.model_names, "tokenrouter", trace.requests))
+    print(f"tokenrouter serve: trace of {len(trace.batches)} batches, {len(trace.requests)} requests -> {path}",
+          file=sys.stderr)
 
 
 def run(argv: list[str]) -> int:

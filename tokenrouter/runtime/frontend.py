@@ -47,6 +47,7 @@ from tokenrouter.runtime.threshold_planner import AutoThresholds, plan_launch_ru
 from tokenrouter.runtime.thresholds import ThresholdTable
 from tokenrouter.stats import RuntimeModelStats, RuntimeStats, SubserverCounters
 from tokenrouter.system import ServingSystem
+from tokenrouter.trace.record import TraceLog
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,8 @@ class TokenRouterFrontend(ServingSystem):
         self._closed_event = asyncio.Event()
         self._vocab = 0
         self._eos: list[int] = []
+        self._trace = TraceLog(self.model_names, self.runtime.trace_max_batches, "tokenrouter") \
+            if self.runtime.trace else None
 
     @property
     def pids(self) -> list[int]:
@@ -279,6 +282,9 @@ class TokenRouterFrontend(ServingSystem):
     def batching_thresholds(self, n: int) -> list[int]:
         return list(self.thresholds(n))
 
+    def trace_log(self) -> TraceLog | None:
+        return self._trace
+
     def statistics(self) -> RuntimeStats:
         """Per model: steps, mean batch size, tokens committed, hand-offs sent, measured routing counts and
         rates per destination, busy time, mean queue wait per request-step (ready -> launched: what delayed
@@ -359,6 +365,8 @@ class TokenRouterFrontend(ServingSystem):
         now = time.perf_counter()
         if msg.stats is not None:
             self._counters[msg.model] = SubserverCounters.from_wire(msg.stats)
+        if msg.trace and self._trace is not None:
+            self._trace.add(msg.trace)
         for rid, start, ids in msg.chunks:
             flight = self._flights.get(rid)
             if flight is None:
@@ -409,6 +417,8 @@ class TokenRouterFrontend(ServingSystem):
             handoffs=handoffs, arrival_s=flight.arrival, first_token_s=flight.first_token, finish_s=now,
             extra=flight.extra, commits=flight.commits,
         )
+        if self._trace is not None:
+            self._trace.finished(result, flight.rid)
         if flight.events is not None:
             flight.events.put_nowait(StreamEvent([], result))
         elif flight.future is not None and not flight.future.done():

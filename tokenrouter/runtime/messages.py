@@ -15,6 +15,7 @@ import msgspec
 
 from tokenrouter.api import PeerRequest, RouterRequest
 from tokenrouter.engine.base import SamplingParams
+from tokenrouter.trace.record import BatchRecord
 
 # What the wire carries: seeds as 64-bit signed integers (OpenAI's seed range), token ids and counts as int32.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -131,6 +132,7 @@ class Report(msgspec.Struct, array_like=True, tag=9):
     stats: dict[str, Any] | None = None
     # (rid, logits, hidden) of the finishing step, for requests whose meta asked (RequestMeta.outputs)
     outputs: list[tuple[str, list[float] | None, list[float] | None]] = msgspec.field(default_factory=list)
+    trace: list[BatchRecord] = msgspec.field(default_factory=list)  # runtime.trace: batches since the last Report
 
 
 Message = Submit | Active | Peers | Abort | Shutdown | StatsRequest | PeerMessage | Ready | Fatal | Report

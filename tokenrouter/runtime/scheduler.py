@@ -109,6 +109,10 @@ class Scheduler:
         """Requests waiting for KV space and the KV tokens reserved, for the /metrics gauges."""
         return {"waiting": len(self._waiting), "kv_reserved": self.kv.reserved, "kv_capacity": self.kv.capacity}
 
+    def queue_lengths(self) -> tuple[int, int]:
+        """(requests ready, requests waiting for KV)."""
+        return len(self._ready), len(self._waiting)
+
     @property
     def has_work(self) -> bool:
         """Requests ready to step or waiting for KV (which a release may have freed): `next_batch()` is due."""

@@ -56,6 +56,7 @@ from tokenrouter.runtime.messages import (
 from tokenrouter.runtime.scheduler import Entry, Scheduler
 from tokenrouter.runtime.unix_link import Link, LinkClosed, Listener
 from tokenrouter.stats import SubserverCounters
+from tokenrouter.trace.record import BatchRecorder
 
 IDLE_POLL_MS = 500  # idle wake-up period: notice a dead parent
 BACKLOG_POLL_MS = 1  # a direct link the kernel did not take everything for is retried this often
@@ -64,6 +65,7 @@ STATS_PERIOD_S = 0.02  # counters ride to the front end at most this often (fini
 MEDIAN_PERIOD_S = 0.2  # overhead median recomputed at most this often
 SPIN_CPU_SHARE = 0.8  # runtime.spin_us: a spin that ran less than this share of its wall time was contended
 SPIN_BACKOFF_S = 0.02  # ... and spinning pauses this long
+TRACE_SHIP_BATCHES = 64  # runtime.trace: records ride with the next Report, or alone once this many wait
 
 
 @dataclass
@@ -151,6 +153,8 @@ class Subserver:
         self.spin_s = rt.spin_us / 1e6
         self._spin_off_until = 0.0  # perf_counter time before which spin() does not spin (contention)
         self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
+        self.active_n = 0  # the global active count N (last Active)
+        self.tracer = BatchRecorder(self.index, rt.trace_max_batches) if rt.trace else None
 
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
@@ -199,6 +203,7 @@ class Subserver:
             req = msg.meta.view(msg.rid, msg.prompt_ids)
             self.admit(Entry(req, msg.meta, stop_ids=frozenset(msg.meta.stop_ids)), now)
         elif isinstance(msg, Active):
+            self.active_n = msg.n
             self.sched.threshold = max(1, msg.thresholds[self.index])
             self.sched.launch_mask = msg.launch[self.index] if msg.launch else None
         elif isinstance(msg, Peers):
@@ -257,6 +262,7 @@ class Subserver:
         Both loops run per request per step, on the path of every batch and every hand-off: one pass each, no
         comprehension frames, helpers only where a rule lives (handoff, finish)."""
         launched = time.perf_counter()
+        at_launch = self.launch_facts(batch) if self.tracer is not None else None
         engine = self.engine
         reqs: list[RouterRequest] = []
         kv_before: list[int] = []
@@ -295,10 +301,14 @@ class Subserver:
             raise  # the engine is gone (a TP rank died): stop, the front end fails every request
         except Exception as exc:  # a failed step fails its requests, never the server or their batch mates
             self.counters.step_s += time.perf_counter() - t0
+            if at_launch is not None:
+                self.trace_batch(at_launch, batch, items, launched, time.perf_counter() - t0, 0, 0, failed=True)
             self.isolate(batch, kv_before, f"{type(exc).__name__}: {exc}")
             return
-        self.counters.step_s += time.perf_counter() - t0
+        engine_s = time.perf_counter() - t0
+        self.counters.step_s += engine_s
         c = self.counters
+        committed, handoffs = c.committed, c.handoffs
         c.steps += 1
         c.batch_total += len(batch)
         now = time.perf_counter()
@@ -321,6 +331,25 @@ class Subserver:
             else:
                 self.hand_off(e, settled.peer)
         self.sched.make_ready(stays, now)
+        if at_launch is not None:
+            self.trace_batch(at_launch, batch, items, launched, engine_s, c.committed - committed,
+                             c.handoffs - handoffs)
+
+    def launch_facts(self, batch: list[Entry]) -> tuple[list[float], int, bool]:
+        """runtime.trace, at a batch's launch: when each row became ready, the queue length (the batch's rows
+        included) and whether the max-wait bound forced the launch below the threshold."""
+        sched = self.sched
+        ready, waiting = sched.queue_lengths()
+        ready += len(batch)
+        return [e.since for e in batch], ready, not sched.launches(ready + waiting)
+
+    def trace_batch(self, at_launch: tuple[list[float], int, bool], batch: list[Entry], items: list[StepItem],
+                    launched: float, engine_s: float, committed: int, handoffs: int, failed: bool = False) -> None:
+        assert self.tracer is not None
+        since, ready, forced = at_launch
+        self.tracer.record(launched, time.perf_counter(), engine_s, since, [e.req.rid for e in batch],
+                           [len(it.token_ids) for it in items], committed, handoffs, self.sched.threshold, ready,
+                           self.active_n, forced, failed)
 
     def outputs_for(self, asked: int) -> StepOutputs:
         """What this step must return: what the algorithm reads, plus what the batch's clients `asked` for
@@ -377,7 +406,11 @@ class Subserver:
             r.stats = self.counters.snapshot(now, self.sched.occupancy()).to_wire()
             self._stats_dirty = False
             self._stats_sent = now
-        if r.chunks or r.finishes or r.failures or r.stats:
+        tracer = self.tracer
+        if tracer is not None and tracer.pending and (r.chunks or r.finishes or r.failures or r.stats
+                                                      or len(tracer.pending) >= TRACE_SHIP_BATCHES):
+            r.trace = tracer.take()
+        if r.chunks or r.finishes or r.failures or r.stats or r.trace:
             try:
                 self.to_frontend.send(encode([r]))
             except LinkClosed:  # the front end is gone: nobody to serve
