@@ -14,9 +14,14 @@ def test_table3_on_an_8_gpu_node(capsys: pytest.CaptureFixture) -> None:
     assert main(["plan", "-m", "+experiment=table3", "--gpus", "8", "--gpu-memory-gib", "80"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("plan for 8 x 80 GiB GPUs: 8 job(s)") and out.rstrip().endswith("every job fits (8)")
-    # the paper's placement: the 32B model's two ranks on cuda:0 and cuda:1, rank 0 beside the small model
-    assert "large   torch   cuda:0,cuda:1   bfloat16     30.51 GiB" in out
+    # the paper's placement on its engine: the 32B model's two SGLang ranks on cuda:0 and cuda:1, rank 0
+    # beside the small model
+    assert "large   sglang  cuda:0,cuda:1   bfloat16     30.51 GiB" in out
     assert "download first:" in out and "Qwen/Qwen3-32B 61.0 GiB" in out
+    # the torch engine is one override away
+    assert main(["plan", "models=qwen3-0.6b-32b", "models.engine=torch", "--gpus", "2", "--gpu-memory-gib", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "small   torch   cuda:0 " in out and "large   torch   cuda:0,cuda:1   bfloat16     30.51 GiB" in out
 
 
 def test_pareto_sweep_and_impossible_settings(capsys: pytest.CaptureFixture) -> None:
@@ -26,8 +31,10 @@ def test_pareto_sweep_and_impossible_settings(capsys: pytest.CaptureFixture) -> 
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["tokenrouter plan: error: job 0 cannot run: model 'large' is placed on cuda:1, which this machine "
                    "does not have (devices: cuda:0)"]
-    assert main(["plan", "models=qwen3-0.6b-32b", "--gpus", "2", "--gpu-memory-gib", "24"]) == 2
+    assert main(["plan", "models=qwen3-0.6b-32b", "models.engine=torch", "--gpus", "2", "--gpu-memory-gib", "24"]) == 2
     assert "model 'large' does not fit cuda:0: 30.5 GiB of weights" in capsys.readouterr().err
+    assert main(["plan", "models=qwen3-0.6b-32b", "--gpus", "2", "--gpu-memory-gib", "24"]) == 2  # sglang: 3 GiB
+    assert "model 'small' does not fit cuda:0: 1.4 GiB of weights and a 3.0 GiB reserve" in capsys.readouterr().err
     assert main(["plan", "models=qwen3-0.6b-32b"]) == 2  # no GPU here and none described
     assert "pass --gpus N --gpu-memory-gib G" in capsys.readouterr().err
     assert main(["plan", "--gpus", "2"]) == 2
@@ -54,10 +61,14 @@ def test_a_hub_model_not_on_disk_is_planned_from_its_footprint() -> None:
 
 
 def test_a_model_left_too_little_kv_is_warned(capsys: pytest.CaptureFixture) -> None:
-    # the three-model set used to leave its 32B model ~1 GiB of KV at mem_fraction 0.8 of one GPU
-    assert main(["plan", "models=qwen3-0.6b-8b-32b", "--gpus", "3", "--gpu-memory-gib", "79.6",
+    # the three-model set used to leave its 32B model ~1 GiB of KV at mem_fraction 0.8 of one GPU (torch
+    # engine; SGLang's larger reserve for its CUDA graphs leaves none)
+    assert main(["plan", "models=qwen3-0.6b-8b-32b", "models.engine=torch", "--gpus", "3", "--gpu-memory-gib", "79.6",
                  "models.members.2.mem_fraction=0.8", "workload.max_new_tokens=8192"]) == 0
     assert "warning: large's KV holds" in capsys.readouterr().out
+    assert main(["plan", "models=qwen3-0.6b-8b-32b", "--gpus", "3", "--gpu-memory-gib", "79.6",
+                 "models.members.2.mem_fraction=0.8"]) == 2
+    assert "model 'large' does not fit cuda:2" in capsys.readouterr().err
     assert main(["plan", "models=qwen3-0.6b-8b-32b", "--gpus", "3", "--gpu-memory-gib", "79.6",
                  "workload.max_new_tokens=8192"]) == 0
     assert "warning" not in capsys.readouterr().out

@@ -11,6 +11,7 @@ import pytest
 
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine import loader
+from tokenrouter.engine.placement import rank_device, rank_env
 from tokenrouter.engine.sglang_args import (
     PLANNED_MEM_FRACTION,
     TP_BALANCE_ENV,
@@ -21,7 +22,6 @@ from tokenrouter.engine.sglang_args import (
     server_env,
     server_kv_flags,
 )
-from tokenrouter.engine.tp import rank_device, rank_env
 from tokenrouter.errors import UserError
 
 # -- fault 1: torch-engine TP on CUDA -----------------------------------------------------------------------------
@@ -141,3 +141,28 @@ def test_driver_check_for_sglangs_cuda_13_pins() -> None:
     assert "needs an NVIDIA driver >= 580; this machine has 570.124.06" in driver_problem("13.0", "570.124.06")
     assert driver_problem("13.0", "580.65.06") is None and driver_problem("12.8", "550.54.15") is None
     assert driver_problem(None, "570.1") is None and driver_problem("13.0", None) is None  # CPU build / no nvidia-smi
+
+
+# -- issue 32: the sglang engine's TP ranks ------------------------------------------------------------------------
+
+
+def test_sglang_ranks_are_placed_as_sglangs_launcher_places_its_scheduler_processes() -> None:
+    """Rank r of a model on cuda:K runs on GPU K + r with world rank r and ServerArgs.base_gpu_id K (SGLang's
+    entrypoints/engine.py: gpu_id = base_gpu_id + tp_rank * gpu_id_step), the GPUs the memory plan gave it."""
+    from tokenrouter.engine.sglang_args import RankPlacement, rank_placement
+
+    spec = ModelSpec(name="l", source="x", engine="sglang", device="cuda:2", tp=2, kv_tokens=4096)
+    assert [rank_placement(spec, r) for r in (0, 1)] == [RankPlacement(0, 2, 2), RankPlacement(1, 3, 2)]
+    assert [rank_placement(spec, r).gpu_id for r in (0, 1)] == [int(rank_device(spec, r).split(":")[1]) for r in (0, 1)]
+    args = engine_server_args(spec, "/m", rank_placement(spec, 1).base_gpu_id, cuda_graph=True)
+    assert args["tp_size"] == 2 and args["base_gpu_id"] == 2
+    assert server_env(spec) == {TP_BALANCE_ENV: "0"}  # rank 0 shares its GPU with the small model
+    with pytest.raises(ValueError, match="outside tp=2"):
+        rank_placement(spec, 2)
+
+
+def test_an_sglang_rank_is_built_by_the_group_only() -> None:
+    from tokenrouter.engine.sglang_engine import SGLangEngine
+
+    with pytest.raises(UserError, match="group of rank processes; build it with"):
+        SGLangEngine(ModelSpec(name="l", source="x", engine="sglang", device="cuda:0", tp=2, kv_tokens=64))

@@ -136,3 +136,48 @@ def test_one_live_sglang_engine_per_process(engines, tmp_path) -> None:
 
 def sgl_source(engine: SGLangEngine) -> str:
     return str(engine.runner.model_config.model_path)
+
+
+MIRROR = r"""
+import json, sys
+from tokenrouter.config import ModelSpec
+from tokenrouter.engine.factory import build_engine
+from tokenrouter.engine.tp import apply_command
+engine = build_engine(ModelSpec.from_dict(json.loads(sys.argv[1])))
+for command in json.loads(sys.argv[2]):
+    apply_command(engine, command)
+rows = {rid: [row, engine.rows.req_to_token[row, :engine.seq_len(rid)].tolist()] for rid, row in engine._row.items()}
+print(json.dumps({"rows": rows, "free": engine.tokens_free(), "free_rows": int(engine.rows.available_size())}))
+"""
+
+
+def test_ranks_given_the_same_commands_hold_the_same_requests_rows_and_slots(tmp_path) -> None:
+    """What TP on the sglang engine rests on, where CPU can run it: every rank applies rank 0's broadcast
+    commands (tp.apply_command, as tp_worker does), and two engines in two processes fed one command sequence
+    (prefills, decodes, a truncate, a release and reuse, an extend) end with the same request rows, the same
+    KV slot ids per token and the same free counts. SGLang's collectives themselves need CUDA."""
+    import json
+    import subprocess
+    import sys
+
+    from tokenrouter.engine.tp import RELEASE, STEP, TRUNCATE, items_to_wire
+
+    path = save_random_decoder(tmp_path, "qwen3", seed=3)
+    spec = ModelSpec(name="mirror", source=str(path), engine="sglang", kv_tokens=KV_TOKENS)
+    commands = [
+        [STEP, items_to_wire([StepItem("a", [5, 6, 7, 8]), StepItem("b", [9, 10])])],
+        [STEP, items_to_wire([StepItem("a", [1]), StepItem("b", [2]), StepItem("c", [11, 12, 13])])],
+        [TRUNCATE, "a", 3],
+        [RELEASE, "b"],
+        [STEP, items_to_wire([StepItem("b", [1, 2, 3]), StepItem("a", [4, 5]), StepItem("c", [6])])],
+    ]
+    procs = [subprocess.Popen([sys.executable, "-c", MIRROR, json.dumps(spec.to_dict()), json.dumps(commands)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-2000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    assert outs[0] == outs[1]
+    lengths = {rid: len(slots) for rid, (_, slots) in outs[0]["rows"].items()}
+    assert lengths == {"a": 5, "b": 3, "c": 4} and outs[0]["free"] == KV_TOKENS - 12

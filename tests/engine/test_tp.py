@@ -119,3 +119,23 @@ def test_a_failure_after_the_broadcast_fails_the_engine_and_a_bad_item_fails_bef
             engine.step([StepItem("a", [4])])
     finally:
         engine.close()
+
+
+def test_an_sglang_group_is_refused_on_cpu_before_any_rank_starts(tmp_path) -> None:
+    """engine=sglang with tp > 1 goes through the same rank-0 orchestration (build_engine -> TensorParallelEngine);
+    SGLang's collectives need CUDA, so on CPU it stops with one line before spawning a rank, and a rank told to
+    start an sglang shard on CPU (start_rank's dispatch) stops the same way."""
+    from tokenrouter.engine.tp import RankConfig, start_rank
+
+    before = set(_children())
+    spec = ModelSpec(name="big", source="tiny-random:small", engine="sglang", kv_tokens=2048, tp=2)
+    with pytest.raises(UserError, match="SGLang tensor parallelism needs CUDA"):
+        build_engine(spec)
+    assert set(_children()) == before
+    with pytest.raises(UserError, match="SGLang tensor parallelism needs CUDA"):
+        start_rank(RankConfig(spec.to_dict(), 1, 2, str(tmp_path / "store"), [1, 2]))
+
+
+def _children() -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(os.getpid())], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]

@@ -40,7 +40,7 @@ def composed(*overrides: str) -> Any:
     ("qwen3-0.6b-8b-32b", 3, 4),   # cuda:0, cuda:1, cuda:2
 ])
 def test_resources_of_shipped_model_sets(models: str, gpus: int, cpus: int) -> None:
-    need = JobResources.of_members(OmegaConf.load(ROOT / "conf" / "models" / f"{models}.yaml").members)
+    need = JobResources.of_members(composed(f"models={models}").models.members)
     assert (need.gpus, need.cpus) == (gpus, cpus)
 
 

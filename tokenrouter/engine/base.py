@@ -131,6 +131,15 @@ class Engine(ABC):
         """Whether appending `num_new_tokens` to `rid` fits in the free KV (conservative for paged pools)."""
         return num_new_tokens <= self.tokens_free()
 
+    def holds(self, rid: str) -> bool:
+        """Whether `rid` has state here (what a release must undo)."""
+        return self.seq_len(rid) > 0
+
+    def check_step(self, items: list[StepItem]) -> tuple[list[str], list[int], list[int]]:
+        """The checks a step makes before it touches any state (malformed items; engines add KV that would not
+        fit): the same on every TP rank, so tp.py runs them once on rank 0 before broadcasting the step."""
+        return check_step_items(items, self.vocab_size)
+
     def input_embeddings(self) -> torch.nn.Embedding | None:
         """The model's input token embedding (routers such as R2R's embed the predicted token with it)."""
         return None

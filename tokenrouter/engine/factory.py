@@ -19,7 +19,7 @@ def build_engine(spec: ModelSpec) -> Engine:
 
 
 def _build_bare(spec: ModelSpec) -> Engine:
-    if spec.tp > 1 and spec.engine == "torch":  # rank 0 of a group of processes (sim refuses tp in its spec)
+    if spec.tp > 1 and spec.engine in ("torch", "sglang"):  # rank 0 of a group of processes (sim refuses tp)
         from tokenrouter.engine.tp import TensorParallelEngine
 
         return TensorParallelEngine(spec)

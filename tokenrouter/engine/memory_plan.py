@@ -150,7 +150,7 @@ def planned_models(specs: list[ModelSpec]) -> list[ModelSpec]:
 
 def demand(spec: ModelSpec, numel: int, config: object) -> Demand:
     """A model's demand per device, from its parameter count and config."""
-    from tokenrouter.engine.tp import rank_device
+    from tokenrouter.engine.placement import rank_device
 
     per_token = kv_bytes_per_token(config, spec.dtype, spec.tp)
     fixed = spec.kv_bytes if spec.kv_bytes is not None else spec.kv_tokens * per_token

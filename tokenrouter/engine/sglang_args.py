@@ -22,9 +22,11 @@ No SGLang import here, so CPU tests check every GPU-side decision (read against 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tokenrouter.config import ModelSpec
+from tokenrouter.engine.placement import rank_device
 
 PLANNED_MEM_FRACTION = 0.98  # with a planned max_total_tokens: high enough that SGLang's fraction cap never binds
 TP_BALANCE_ENV = "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"
@@ -39,8 +41,32 @@ def kv_sizing(spec: ModelSpec) -> dict[str, int | float]:
     return {"max_total_tokens": int(spec.kv_tokens), "mem_fraction_static": PLANNED_MEM_FRACTION}
 
 
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where one rank of a model's SGLang group runs: SpawnRanks(world_rank, gpu_id) and ServerArgs.base_gpu_id,
+    as SGLang's launcher computes them for its scheduler processes (entrypoints/engine.py: gpu_id = base_gpu_id
+    + tp_rank * gpu_id_step, step 1; world rank = tp rank with pp = 1)."""
+
+    world_rank: int
+    gpu_id: int
+    base_gpu_id: int
+
+
+def rank_placement(spec: ModelSpec, rank: int) -> RankPlacement:
+    """Rank `rank` of `spec`'s tp ranks: consecutive GPUs from the model's device (cuda:K -> K + rank), as the
+    torch engine's ranks (tp.rank_device) and the memory plan place them."""
+    if not 0 <= rank < spec.tp:
+        raise ValueError(f"rank {rank} outside tp={spec.tp}")
+
+    def index(device: str) -> int:
+        return int(device.split(":")[1]) if ":" in device else 0
+
+    return RankPlacement(world_rank=rank, gpu_id=index(rank_device(spec, rank)), base_gpu_id=index(spec.device))
+
+
 def engine_server_args(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph: bool) -> dict[str, Any]:
-    """ServerArgs for the sglang engine's ModelRunner (one runner per subserver, no scheduler)."""
+    """ServerArgs for the sglang engine's ModelRunner (one runner per subserver or TP rank, no scheduler);
+    `gpu_id`: the model's first GPU (every rank passes the same; its own GPU is in its RankPlacement)."""
     on_cpu = spec.device == "cpu"
     return {
         "model_path": model_path, "skip_tokenizer_init": True, "dtype": spec.dtype,

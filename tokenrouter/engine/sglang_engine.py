@@ -7,15 +7,20 @@ request -> KV mapping (one row of SGLang's ReqToTokenPool per request, slots fro
 builds one ForwardBatch per step: EXTEND for a mixed batch (a decode is an extend of one token, a resume an
 extend whose prefix is the KV already held), DECODE when every item is a plain decode (what CUDA graphs replay).
 
+With tp > 1 each rank is its own process holding this engine for its rank (engine/tp.py starts them and
+broadcasts every step), as SGLang's own scheduler processes each hold a TpModelWorker: rank r publishes
+world rank r on GPU base+r, and all ranks meet at the ports rank 0 picked. Where the placement comes from is
+a pure function (sglang_args.rank_placement), tested on CPU; SGLang's TP collectives need CUDA.
+
 Pinned to sglang==0.5.23 (its bootstrap and ForwardBatch signatures change between releases); imported lazily
 so nothing else in tokenrouter needs SGLang. SGLang keeps process-wide state (published config, process
-groups), so a process holds one live SGLang engine at a time: one per subserver.
+groups), so a process holds one live SGLang engine at a time: one per subserver (or TP rank).
 """
 
 from __future__ import annotations
 
 import importlib.util
-import socket
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +29,7 @@ import torch
 
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, StepItem, StepOutput, check_step_items
+from tokenrouter.engine.placement import rank_ports
 from tokenrouter.engine.sampling import sample
 from tokenrouter.engine.sglang_args import (
     decode_graph_replay,
@@ -31,6 +37,8 @@ from tokenrouter.engine.sglang_args import (
     engine_server_args,
     eos_ids,
     nvidia_driver_version,
+    rank_placement,
+    server_env,
 )
 from tokenrouter.errors import CapacityError, UserError, first_line
 
@@ -71,29 +79,28 @@ def _import_sglang(device: str) -> None:
             raise UserError(f"engine=sglang: {problem}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _model_runner(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph: bool) -> Any:
+def _model_runner(spec: ModelSpec, model_path: str, rank: int, ports: list[int], cuda_graph: bool) -> Any:
     """Bring up one SGLang model runner as `run_scheduler_process` does, minus the scheduler: publish the
-    config, build the (world size 1) process groups once per process, load the worker, then its pools,
-    attention backends and CUDA graphs, in the order SGLang's Scheduler.__init__ uses."""
+    config with this rank's placement, build the process groups once per process (with tp > 1 every rank meets
+    at ports[0]), load the worker, then its pools, attention backends and CUDA graphs, in the order SGLang's
+    Scheduler.__init__ uses."""
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.distributed import bootstrap
     from sglang.srt.managers.tp_worker import TpModelWorker
     from sglang.srt.runtime_context import SpawnRanks, get_device, publish
     from sglang.srt.server_args import ServerArgs
 
-    args = ServerArgs(**engine_server_args(spec, model_path, gpu_id, cuda_graph))
-    publish(args, role="scheduler", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=gpu_id))
+    place = rank_placement(spec, rank)
+    os.environ.update(server_env(spec))  # before the bootstrap reads it
+    args = ServerArgs(**engine_server_args(spec, model_path, place.base_gpu_id, cuda_graph))
+    publish(args, role="scheduler", ranks=SpawnRanks(world_rank=place.world_rank, dp_rank=None,
+                                                     gpu_id=place.gpu_id))
+    dist_port, nccl_port = ports or rank_ports("sglang")
     if not _state["parallel_ready"]:  # SGLang refuses a second build of its process groups
-        bootstrap.init_parallel_runtime(server_args=args, device=get_device().device, dist_port=_free_port())
+        bootstrap.init_parallel_runtime(server_args=args, device=get_device().device, dist_port=dist_port)
         _state["parallel_ready"] = True
     bootstrap.init_layer_runtime(model_config=ModelConfig.from_server_args(args))
-    worker = TpModelWorker(args, gpu_id=gpu_id, nccl_port=_free_port())
+    worker = TpModelWorker(args, gpu_id=place.gpu_id, nccl_port=nccl_port)
     worker.model_runner.account_preloaded_weights(worker.preloaded_weights_bytes)
     worker.alloc_memory_pool()
     worker.init_attention_backends()
@@ -102,14 +109,16 @@ def _model_runner(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph: boo
 
 
 class SGLangEngine(Engine):
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, rank: int = 0, ports: list[int] | None = None) -> None:
+        """One model (tp = 1), or rank `rank` of its TP group (built by engine/tp.py, which passes the group's
+        `ports`: build_engine() builds the group)."""
         from tokenrouter.engine.loader import local_dir, resolve_source
 
         if spec.tp > 1 and spec.device == "cpu":
             raise UserError(f"model {spec.name!r}: SGLang tensor parallelism needs CUDA (tp={spec.tp} on cpu)")
-        if spec.tp > 1:
-            raise UserError(f"model {spec.name!r}: tp > 1 is not implemented by the sglang engine yet "
-                            "(it drives one ModelRunner in the subserver process)")
+        if spec.tp > 1 and not ports:
+            raise UserError(f"model {spec.name!r}: a tp={spec.tp} sglang engine is a group of rank processes; "
+                            "build it with tokenrouter.engine.factory.build_engine")
         if spec.device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"model {spec.name!r}: device {spec.device!r} requested but CUDA is not available")
         if spec.kv_bytes is not None:
@@ -125,11 +134,12 @@ class SGLangEngine(Engine):
         if spec.device == "cpu":
             torch.set_num_threads(spec.threads)
         cuda_graph = spec.device != "cpu" and spec.cuda_graph  # no CUDA graphs on CPU
-        gpu_id = int(spec.device.split(":")[1]) if ":" in spec.device else 0
+        place = rank_placement(spec, rank)
         self.name = spec.name
+        self.tp = spec.tp
         location = local_dir(spec.source)  # a Hub id: its cached snapshot (no Hub lookup, and its EOS ids below)
         try:
-            self.runner = _model_runner(spec, location, gpu_id, cuda_graph)
+            self.runner = _model_runner(spec, location, rank, list(ports or []), cuda_graph)
         except (OSError, ValueError, KeyError, NotImplementedError) as exc:  # a model SGLang cannot load or serve
             raise UserError(f"model {spec.name!r}: SGLang cannot load {location}: {first_line(exc)}") from exc
         if (self.runner.page_size or 1) != 1:  # paged allocators hand out whole pages (alloc_extend), not slots
@@ -138,7 +148,7 @@ class SGLangEngine(Engine):
         _state["live"] = spec.name
         self.rows = self.runner.req_to_token_pool  # one row of KV slot ids per request
         self.slots = self.runner.token_to_kv_pool_allocator
-        self.device = torch.device("cpu" if spec.device == "cpu" else f"cuda:{gpu_id}")
+        self.device = torch.device("cpu" if spec.device == "cpu" else f"cuda:{place.gpu_id}")
         cfg = self.runner.model_config
         self.vocab_size = int(cfg.vocab_size)
         self.hidden_size = int(cfg.hidden_size)
@@ -158,9 +168,8 @@ class SGLangEngine(Engine):
     def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
         if not items:
             return StepOutput(rids=[], next_tokens=[])
-        rids, counts, ids = check_step_items(items, self.vocab_size)
+        rids, counts, ids = self.check_step(items)
         before = [self._len.get(r, 0) for r in rids]
-        self._check_fits(rids, before, counts)
         new_rows = [r for r in rids if r not in self._row]
         try:
             logits, hidden = self._forward(rids, ids, before, counts)
@@ -173,6 +182,11 @@ class SGLangEngine(Engine):
         next_pos = [b + n for b, n in zip(before, counts, strict=True)]
         tokens = sample(logits, [it.sampling for it in items], next_pos, [it.banned_ids for it in items])
         return StepOutput.asked(rids, tokens, logits, hidden, outputs)
+
+    def check_step(self, items: list[StepItem]) -> tuple[list[str], list[int], list[int]]:
+        rids, counts, ids = check_step_items(items, self.vocab_size)
+        self._check_fits(rids, [self._len.get(r, 0) for r in rids], counts)
+        return rids, counts, ids
 
     def _check_fits(self, rids: list[str], before: list[int], counts: list[int]) -> None:
         long = [r for r, b, n in zip(rids, before, counts, strict=True) if b + n > self.max_len]
@@ -253,6 +267,16 @@ class SGLangEngine(Engine):
     def seq_len(self, rid: str) -> int:
         return self._len.get(rid, 0)
 
+    def holds(self, rid: str) -> bool:
+        return rid in self._row
+
+    def command_group(self) -> Any:
+        """The gloo group TP commands are broadcast on: SGLang's own TP CPU group (SGLang owns this process's
+        torch.distributed world, so no second group is initialised)."""
+        from sglang.srt.distributed.parallel_state import get_tp_group
+
+        return get_tp_group().cpu_group
+
     def tokens_free(self) -> int:
         return int(self.slots.available_size())
 
@@ -265,7 +289,11 @@ class SGLangEngine(Engine):
         return num_new_tokens <= self.tokens_free() and (rid in self._row or self.rows.available_size() > 0)
 
     def input_embeddings(self) -> torch.nn.Embedding:
-        """The token embedding as a plain nn.Embedding over SGLang's weight (shared, not copied; tp=1)."""
+        """The token embedding as a plain nn.Embedding over SGLang's weight (shared, not copied; tp=1: a TP
+        rank holds a vocabulary shard only)."""
+        if self.tp > 1:
+            raise UserError(f"model {self.name!r}: a router that reads this model's input embeddings needs it "
+                            f"at tp=1 (the sglang engine at tp={self.tp} holds a shard per rank)")
         if self._embedding is None:
             weight = self.runner.model.get_input_embeddings().weight[: self.vocab_size]
             self._embedding = torch.nn.Embedding.from_pretrained(weight, freeze=True)

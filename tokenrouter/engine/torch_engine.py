@@ -101,8 +101,6 @@ class TorchEngine(Engine):
         return StepOutput.asked(rids, tokens, logits, hidden, outputs)
 
     def check_step(self, items: list[StepItem]) -> tuple[list[str], list[int], list[int]]:
-        """The checks a step makes before it touches any state (malformed items, KV that would not fit): the
-        same on every TP rank, so tp.py runs them once on rank 0 before broadcasting the step."""
         rids, counts, ids = check_step_items(items, self.vocab_size)
         self.pool.check_fits(dict(zip(rids, counts, strict=True)))
         return rids, counts, ids
@@ -146,6 +144,9 @@ class TorchEngine(Engine):
 
     def seq_len(self, rid: str) -> int:
         return self.pool.seq_len(rid)
+
+    def holds(self, rid: str) -> bool:
+        return rid in self.pool
 
     def tokens_free(self) -> int:
         return self.pool.tokens_free()

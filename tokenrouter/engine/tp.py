@@ -1,12 +1,16 @@
-"""Tensor parallelism for the torch engine: one process per rank, rank 0 drives, the others mirror.
+"""Tensor parallelism for the torch and sglang engines: one process per rank, rank 0 drives, the others mirror.
 
 Why this shape: the subserver (or `tokenrouter generate`) stays one scheduler. It is rank 0; it starts ranks
 1..N-1 as `python -m tokenrouter.engine.tp_worker` (config as msgpack on stdin, no pickle), and every call that
 changes KV state (step, release, truncate) is first broadcast to them as one msgpack frame over a gloo
-group, then run on every rank: transformers' TP plan makes the forward itself collective, and each rank's KV
-pool holds its shard of the KV heads. Queries (seq_len, tokens_free) are answered locally: every rank holds
-the same bookkeeping. The rendezvous is a file store in a private 0700 directory (no listening store
-port); a rank that dies makes rank 0's next call fail with EngineFailure, which stops the subserver.
+group, then run on every rank: the model's TP layers make the forward itself collective (transformers' TP
+plan for torch; SGLang's parallel linear layers for sglang, each rank an SGLang TpModelWorker as SGLang's own
+scheduler processes hold), and each rank's KV pool holds its shard of the KV heads. Every rank applies the same
+commands in the same order, so each holds the same requests at the same lengths (its allocations are a
+function of that sequence): the batch shapes, and so the collectives, match. Queries (seq_len, tokens_free)
+are answered locally. torch ranks meet at a file store in a private 0700 directory (no listening store port);
+sglang ranks at the TCP port rank 0 picked (SGLang's own bootstrap), their commands on SGLang's TP CPU group.
+A rank that dies makes rank 0's next call fail with EngineFailure, which stops the subserver.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,6 +43,7 @@ from tokenrouter.engine.base import (
     StepOutput,
     StepOutputs,
 )
+from tokenrouter.engine.placement import rank_device, rank_env, rank_ports
 from tokenrouter.errors import UserError, first_line
 
 if TYPE_CHECKING:
@@ -56,7 +61,8 @@ class RankConfig:
     spec: dict[str, Any]
     rank: int
     world: int
-    store: str  # the file store's path
+    store: str  # the file store's path (torch ranks)
+    ports: list[int] = field(default_factory=list)  # sglang ranks: [dist_port, nccl_port], picked by rank 0
 
     def to_blob(self) -> bytes:
         return msgpack.packb(asdict(self), use_bin_type=True)
@@ -64,24 +70,6 @@ class RankConfig:
     @classmethod
     def from_blob(cls, blob: bytes) -> RankConfig:
         return cls(**msgpack.unpackb(blob, raw=False))
-
-
-def rank_device(spec: ModelSpec, rank: int) -> str:
-    """CPU ranks share the host; GPU ranks take consecutive devices from the model's own (cuda:K -> K + rank)."""
-    if spec.device == "cpu":
-        return "cpu"
-    base = int(spec.device.split(":")[1]) if ":" in spec.device else 0
-    return f"cuda:{base + rank}"
-
-
-def rank_env(device: str) -> dict[str, str]:
-    """The environment transformers' TP loading reads on this rank: it binds the rank to
-    `cuda:$LOCAL_RANK` (distributed/utils.py `_bind_local_device`, called from `initialize_distributed_mesh`),
-    so LOCAL_RANK is the device INDEX of this rank's device (a model on cuda:2 with tp 2: ranks 2 and 3), not
-    the rank. Nothing on CPU (no binding there)."""
-    if not device.startswith("cuda"):
-        return {}
-    return {"LOCAL_RANK": device.split(":")[1] if ":" in device else "0"}
 
 
 def init_group(cfg: RankConfig) -> Any:
@@ -104,6 +92,18 @@ def build_rank_engine(cfg: RankConfig) -> TorchEngine:
 
     spec = ModelSpec.from_dict({**cfg.spec, "device": rank_device(ModelSpec.from_dict(cfg.spec), cfg.rank)})
     return TorchEngine.from_spec(spec, tp=cfg.world)
+
+
+def start_rank(cfg: RankConfig) -> tuple[Any, Engine]:
+    """Join the group and load this rank's shard: (the group commands travel on, the rank's engine)."""
+    spec = ModelSpec.from_dict(cfg.spec)
+    if spec.engine == "sglang":
+        from tokenrouter.engine.sglang_engine import SGLangEngine
+
+        engine = SGLangEngine(spec, rank=cfg.rank, ports=cfg.ports)
+        return engine.command_group(), engine
+    group = init_group(cfg)
+    return group, build_rank_engine(cfg)
 
 
 def send_command(group: Any, command: list[Any]) -> None:
@@ -151,6 +151,8 @@ class TensorParallelEngine(Engine):
     def __init__(self, spec: ModelSpec) -> None:
         from tokenrouter.engine.loader import check_tp
 
+        if spec.engine == "sglang" and spec.device == "cpu":  # before any rank process starts
+            raise UserError(f"model {spec.name!r}: SGLang tensor parallelism needs CUDA (tp={spec.tp} on cpu)")
         check_tp(spec.source, spec.tp, spec.name)
         self._dir: Path | None = Path(tempfile.mkdtemp(prefix="tokenrouter-tp-"))  # 0700
         self.procs: list[subprocess.Popen] = []
@@ -158,16 +160,17 @@ class TensorParallelEngine(Engine):
         self.broken = False  # a broadcast call failed on rank 0: the group is out of step
         self.name = spec.name
         store = str(self._dir / "store")
+        ports = rank_ports(spec.engine)
         try:
             for rank in range(1, spec.tp):
-                blob = RankConfig(spec.to_dict(), rank, spec.tp, store).to_blob()
+                blob = RankConfig(spec.to_dict(), rank, spec.tp, store, ports).to_blob()
                 proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.engine.tp_worker"], stdin=subprocess.PIPE,
                                         env=child_env())
                 assert proc.stdin is not None
                 proc.stdin.write(blob)
                 proc.stdin.close()
                 self.procs.append(proc)
-            self.group, self.inner = self._start_rank0(RankConfig(spec.to_dict(), 0, spec.tp, store))
+            self.group, self.inner = self._start_rank0(RankConfig(spec.to_dict(), 0, spec.tp, store, ports))
         except BaseException:
             self.close()
             raise
@@ -178,15 +181,14 @@ class TensorParallelEngine(Engine):
         self.max_positions = self.inner.max_positions
         self.tokenizer = getattr(self.inner, "tokenizer", None)
 
-    def _start_rank0(self, cfg: RankConfig) -> tuple[Any, TorchEngine]:
+    def _start_rank0(self, cfg: RankConfig) -> tuple[Any, Engine]:
         """Rendezvous and load in a thread while watching the workers: a rank that fails to start (bad model,
         import error) ends start-up with one line at once, instead of a rendezvous that waits for it."""
         done: dict[str, Any] = {}
 
         def run() -> None:
             try:
-                group = init_group(cfg)
-                done["ok"] = (group, build_rank_engine(cfg))
+                done["ok"] = start_rank(cfg)
             except BaseException as exc:
                 done["error"] = exc
 
@@ -219,7 +221,7 @@ class TensorParallelEngine(Engine):
         return self._mirrored("step", lambda: self.inner.step(items, outputs))
 
     def release(self, rid: str) -> None:
-        if rid in self.inner.pool:  # the runtime releases ids it never stepped too: no broadcast for those
+        if self.inner.holds(rid):  # the runtime releases ids it never stepped too: no broadcast for those
             self._broadcast([RELEASE, rid])
             self._mirrored("release", lambda: self.inner.release(rid))
         else:

@@ -12,7 +12,7 @@ import signal
 import sys
 
 from tokenrouter.children import die_with_parent
-from tokenrouter.engine.tp import RankConfig, apply_command, build_rank_engine, init_group, recv_command
+from tokenrouter.engine.tp import RankConfig, apply_command, recv_command, start_rank
 from tokenrouter.errors import first_line
 from tokenrouter.heap import freeze_startup
 
@@ -22,8 +22,7 @@ def main(blob: bytes) -> int:
     die_with_parent()
     cfg = RankConfig.from_blob(blob)
     try:
-        group = init_group(cfg)
-        engine = build_rank_engine(cfg)
+        group, engine = start_rank(cfg)
         freeze_startup()  # a full collection in one rank would stall every rank at the next collective
         while apply_command(engine, recv_command(group)):
             pass
