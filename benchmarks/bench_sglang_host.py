@@ -36,7 +36,7 @@ def ours(model: str, b: int, threads: int) -> float:
     engine = build_engine(ModelSpec(name="m", source=model, engine="sglang", kv_tokens=b * (CONTEXT + M2 + 8),
                                     threads=threads, dtype="float32"))
     rids = [f"r{i}" for i in range(b)]
-    out = engine.step([StepItem(r, [(7 * i + k) % 500 + 1 for k in range(CONTEXT)]) for i, r in enumerate(rids)])
+    out = engine.step([StepItem(r, [(7 * i + k) % 97 + 1 for k in range(CONTEXT)]) for i, r in enumerate(rids)])
     last = list(out.next_tokens)
     times = []
     for _ in range(M2):
@@ -55,10 +55,10 @@ def theirs(model: str, b: int, threads: int) -> float:
     engine = sglang.Engine(model_path=model, device="cpu", attention_backend="torch_native", dtype="float32",
                            skip_tokenizer_init=True, disable_radix_cache=True, random_seed=0, log_level="error",
                            max_total_tokens=b * (CONTEXT + M2 + 8), max_running_requests=max(b, 1))
-    prompts = [[(7 * i + k) % 500 + 1 for k in range(CONTEXT)] for i in range(b)]
+    prompts = [[(7 * i + k) % 97 + 1 for k in range(CONTEXT)] for i in range(b)]
 
     def run(m: int) -> float:
-        params = {"max_new_tokens": m, "min_new_tokens": m, "temperature": 0.0, "ignore_eos": True}
+        params = {"max_new_tokens": m, "temperature": 0.0, "ignore_eos": True}
         t0 = time.perf_counter()
         engine.generate(input_ids=prompts, sampling_params=params)
         return time.perf_counter() - t0
@@ -73,7 +73,9 @@ def theirs(model: str, b: int, threads: int) -> float:
 
 
 def measure(which: str, model: str, b: int, threads: int) -> float:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    from tokenrouter.engine.sglang_engine import CPU_SHIM  # SGLang's CPU rotary path imports vllm (never called)
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(CPU_SHIM)}
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_sglang_host as b; "
             f"print('RESULT', b.{which}({model!r}, {b}, {threads}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=900)

@@ -205,26 +205,37 @@ class SGLangEngine(Engine):
         from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardBatch, ForwardMode
 
         dev = self.device
-        locs = []
-        for rid, b, n in zip(rids, before, counts, strict=True):
-            if rid not in self._row:
-                self._row[rid] = self.rows.alloc_rows(1)[0]
-            loc = self.slots.alloc(n)
-            self.rows.req_to_token[self._row[rid], b : b + n] = loc.to(torch.int32)
-            self._len[rid] = b + n
-            locs.append(loc)
+        fresh = [r for r in rids if r not in self._row]
+        if fresh:
+            for rid, row in zip(fresh, self.rows.alloc_rows(len(fresh)), strict=True):
+                self._row[rid] = int(row)
+        rows = [self._row[r] for r in rids]
         seq = [b + n for b, n in zip(before, counts, strict=True)]
+        total, size = sum(counts), len(rids)
+        # The step's host inputs in ONE host-to-device copy, and every request's new KV slots written into its
+        # row by ONE scatter (request i takes the next counts[i] slots: what per-request allocs would give),
+        # not two small device ops per request.
+        tok_rows = [row for row, n in zip(rows, counts, strict=True) for _ in range(n)]
+        tok_cols = [col for b, n in zip(before, counts, strict=True) for col in range(b, b + n)]
+        packed = torch.tensor(ids + rows + seq + tok_rows + tok_cols, dtype=torch.int64).to(dev, non_blocking=True)
+        input_ids, pool_rows, seq_lens, rows_at, cols_at = packed.split([total, size, size, total, total])
+        slots = self.slots.alloc(total)
+        if slots is None:  # _check_fits counted the free slots: only a bug gets here
+            raise CapacityError(f"KV pool: {total} slots could not be allocated")
+        self.rows.req_to_token[rows_at, cols_at] = slots.to(torch.int32)
+        for rid, length in zip(rids, seq, strict=True):  # only now: a failure above has nothing to roll back
+            self._len[rid] = length
         decode = all(n == 1 for n in counts) and min(before) > 0
         batch = _BatchView(
             forward_mode=ForwardMode.DECODE if decode else ForwardMode.EXTEND,
             reqs=[],
-            input_ids=torch.tensor(ids, dtype=torch.int64, device=dev),
-            req_pool_indices=torch.tensor([self._row[r] for r in rids], dtype=torch.int64, device=dev),
-            seq_lens=torch.tensor(seq, dtype=torch.int64, device=dev),
+            input_ids=input_ids,
+            req_pool_indices=pool_rows,
+            seq_lens=seq_lens,
             seq_lens_cpu=torch.tensor(seq, dtype=torch.int64),
-            orig_seq_lens=torch.tensor(seq, dtype=torch.int32, device=dev),
+            orig_seq_lens=seq_lens.to(torch.int32),
             seq_lens_sum=sum(seq),
-            out_cache_loc=torch.cat(locs).to(dev),
+            out_cache_loc=slots.to(dev),
             extend_lens=counts,
             prefix_lens=before,
             extend_num_tokens=sum(counts),
