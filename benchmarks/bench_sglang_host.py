@@ -73,8 +73,9 @@ def theirs(model: str, b: int, threads: int) -> float:
 
 
 def measure(which: str, model: str, b: int, threads: int) -> float:
-    from tokenrouter.engine.sglang_engine import CPU_SHIM  # SGLang's CPU rotary path imports vllm (never called)
+    from tokenrouter.engine.sglang_engine import CPU_SHIM
 
+    # SGLang's CPU rotary path imports vllm (never called): the stand-in on the path of both processes
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": str(CPU_SHIM)}
     code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import bench_sglang_host as b; "
             f"print('RESULT', b.{which}({model!r}, {b}, {threads}))")
