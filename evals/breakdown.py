@@ -15,7 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from evals import paper
-from evals.runs_table import THROUGHPUT, has, select, series_label, server_of
+from evals.comparable import config_keys, setting_ids
+from evals.left_out import leave_out
+from evals.runs_table import THROUGHPUT, has, series_label, server_of
 from evals.store import load_requests
 from evals.tables import write_table
 
@@ -82,12 +84,23 @@ def serving_breakdown(df: pd.DataFrame, out: Path) -> list[Path]:
 
 
 def systems_side_by_side(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Every run of the experiment with TokenRouter's throughput ratio against it (same models, workload, N)."""
-    runs = has(select(df, "sglang_baselines"), "system", THROUGHPUT)
-    if runs.empty or "experiment" not in runs or not (runs["experiment"] == "sglang_baselines").any():
+    """Every run of a configuration that ran on real SGLang servers and on TokenRouter, with TokenRouter's
+    throughput ratio against it (same models, workload, N and every other config key but the system's)."""
+    runs = has(df, "system", THROUGHPUT)
+    if runs.empty:
+        return []
+    runs = runs.assign(setting=setting_ids(runs, config_keys(runs, without=("system.",))),
+                       on=runs.apply(server_of, axis=1))
+    sglang = runs.groupby("setting")["on"].transform(lambda on: (on == "sglang").any()).astype(bool)
+    routed = runs.groupby("setting")["system"].transform(lambda s: (s == "tokenrouter").any()).astype(bool)
+    leave_out("sglang_baselines", runs[sglang & ~routed & (runs["on"] == "sglang")],
+              "no TokenRouter run of the same configuration to compare with")
+    runs = runs[sglang & routed]
+    if runs.empty:
         return []
     rows = []
-    for (models, workload, n), group in runs.groupby(["models", "workload", "concurrency"], dropna=False):
+    for _, group in runs.groupby("setting"):
+        models, workload, n = (group.iloc[0].get(c) for c in ("models", "workload", "concurrency"))
         router = group[group["system"] == "tokenrouter"][THROUGHPUT].mean()
         for _, run in group.iterrows():
             ours = group[(group["system"] == run["system"]) & (group.apply(server_of, axis=1) == "tokenrouter")]

@@ -23,7 +23,7 @@ from tokenrouter.trace.summary import TRACE_FILE, format_summary, load_trace, su
 
 REPORT_FILE = "report.html"
 TABLES = [("summary", "Summary"), ("table3", "Table 3"), ("query_level", "Query-level routing"), ("systems", "Systems on the sim pair"),
-          ("ablation", "Ablation"), ("concurrency", "Concurrency"), ("load", "Load")]
+          ("ablation", "Ablation"), ("concurrency", "Concurrency"), ("load", "Load"), ("left_out", "Runs left out")]
 TIMELINE_SPAN_MS = 400.0  # the timelines' window: a few dozen steps at the paper's step times
 DETAIL_COLUMNS = ["system", "models", "algorithm", "workload", "concurrency", "arrival", "request_rate",
                   THROUGHPUT, "accuracy", "large_token_share", "mean_latency_s", "thresholds"]

@@ -6,6 +6,7 @@ Restated from ../shared/PAPER.md (tests check they still match it when that file
 from __future__ import annotations
 
 # Table 3, R2R vs TokenRouter decoding throughput (tok/s, N=4), keyed by "small/large" model sizes.
+TABLE3_N = 4
 TABLE3: dict[str, tuple[float, float, float]] = {
     "0.6B/8B": (105.1, 336.98, 3.21),
     "0.6B/32B": (77.08, 197.40, 2.56),

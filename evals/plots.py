@@ -17,7 +17,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from evals.runs_table import PER_REQUEST, PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label  # noqa: E402
+from evals.comparable import closed_loop, config_keys, describe, distinguishing, key_name, split_series  # noqa: E402
+from evals.demo_summary import NOT_SETTINGS  # noqa: E402
+from evals.left_out import leave_out  # noqa: E402
+from evals.runs_table import PER_REQUEST, PREDICTED, STEADY, THROUGHPUT, has, pair_label, series_label  # noqa: E402
 
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 MEASURED = "measured_tok_s"
@@ -39,6 +42,15 @@ def pareto_frontier(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
             keep.append(idx)
             best = row[y]
     return points.loc[keep].sort_values(x)
+
+
+def swept(key: str) -> bool:
+    """Whether a config key is a knob a Pareto series sweeps along (its points' labels,
+    `evals.demo_summary.setting`): the algorithm's (a router checkpoint is not: another one is another series),
+    a single system's model and query-level routing's strong share."""
+    if key.startswith("algorithm."):
+        return key.removeprefix("algorithm.") not in NOT_SETTINGS or key == "algorithm.name"
+    return key in ("system.model", "system.strong_share")
 
 
 def series_across_setups(runs: pd.DataFrame) -> pd.Series:
@@ -88,12 +100,13 @@ def pareto_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     colour and marker (one legend) and its own frontier line, and the dashed line is the frontier across all."""
     from evals.demo_summary import points as mean_points
 
-    studies = pd.concat([select(df, "pareto"), select(df, "tp_sweep")])
-    runs = has(studies[~studies.index.duplicated()], "accuracy", PER_REQUEST, "system").copy()
+    runs = has(df, "accuracy", PER_REQUEST, "system").copy()
     if len(runs) < 2:
         return []
     runs["workload"] = runs["workload"].fillna("workload")
-    runs["series"] = series_across_setups(runs)
+    # a line joins one series' swept points: runs that differ in anything but the swept knob are other series
+    keys = [k for k in config_keys(runs) if not swept(key_name(k))]
+    runs["series"] = split_series(runs, series_across_setups(runs), ["workload"], keys=keys)
     written = []
     for workload, group in runs.groupby("workload"):
         pts = mean_points(group)
@@ -148,43 +161,65 @@ def _pareto_title(runs: pd.DataFrame, pts: pd.DataFrame, workload: str) -> str:
 
 
 def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Measured vs predicted throughput over the large model's threshold, one panel per concurrency N. Measured
-    is the steady (closed-loop, no drain tail) throughput where the runs have it: the model has no tail."""
+    """Measured vs predicted throughput over the large model's threshold, one panel per configuration and
+    concurrency N (a row of panels per configuration, when runs of several are given). Measured is the steady
+    (closed-loop, no drain tail) throughput where the runs have it: the model has no tail."""
     # the threshold axis: runs that ran with thresholds (a lock-step run has none; it has no such knob)
-    runs = has(select(df, "threshold_validation"), PREDICTED, THROUGHPUT, "concurrency", "threshold_large").copy()
+    runs = has(df, PREDICTED, THROUGHPUT, "concurrency", "threshold_large").copy()
     if runs.empty:
         return []
     runs["threshold"] = runs["threshold_large"].astype(int)  # thresholds are counts: 2, not 2.0
+    # the axis is the thresholds a run used: fixed ones, or a plan's (auto), which are other runs' settings
+    runs["cfg.runtime.thresholds"] = runs.get("cfg.runtime.thresholds", pd.Series("auto", index=runs.index)).map(
+        lambda t: "auto" if t == "auto" else "fixed")
+    shown = distinguishing(runs, [], config_keys(runs, without=("concurrency",)))
+    runs["setting"] = runs.apply(lambda r: describe(r, shown), axis=1) if shown else ""
     steady = STEADY in runs and runs[STEADY].notna().all()
     runs[MEASURED] = runs[STEADY] if steady else runs[THROUGHPUT]
-    table = runs.groupby(["concurrency", "threshold"], as_index=False)[[MEASURED, PREDICTED]].mean()
-    if table.groupby("concurrency")["threshold"].nunique().max() < 2:
+    table = runs.groupby(["setting", "concurrency", "threshold"], as_index=False)[[MEASURED, PREDICTED]].mean()
+    axis = table.groupby(["setting", "concurrency"])["threshold"].transform("nunique") >= 2
+    alone = runs.set_index(["setting", "concurrency"]).index.isin(
+        table[~axis].set_index(["setting", "concurrency"]).index)
+    leave_out("threshold_validation", runs[alone], "one threshold only at their configuration and N")
+    table = table[axis].reset_index(drop=True)
+    if table.empty:
         return []  # no threshold axis: nothing to validate the threshold choice against
     table["rel_error"] = (table[PREDICTED] - table[MEASURED]) / table[MEASURED]
+    settings = sorted(table["setting"].unique())
     ns = sorted(table["concurrency"].unique())
     with sns.axes_style("whitegrid"):
-        fig, axes = plt.subplots(1, len(ns), figsize=(4.2 * len(ns), 3.8), squeeze=False)
-        for ax, n in zip(axes[0], ns, strict=True):
-            g = table[table["concurrency"] == n].sort_values("threshold")
-            x = g["threshold"]
-            ax.plot(x, g[MEASURED], "o-", label="measured (steady)" if steady else "measured")
-            ax.plot(x, g[PREDICTED], "s--", label="predicted")
-            for xi, yi, err in zip(x, g[PREDICTED], g["rel_error"], strict=True):
-                ax.annotate(f"{err:+.0%}", (xi, yi), xytext=(0, 5), textcoords="offset points", ha="center",
-                            fontsize=7)
-            ax.set_ylim(bottom=0)  # from zero: a panel's own range would make a 2% gap look large
-            ax.set_xticks(list(x))
-            best_m = g.loc[g[MEASURED].idxmax(), "threshold"]
-            best_p = g.loc[g[PREDICTED].idxmax(), "threshold"]
-            ax.set_title(f"N={int(n)}: best B measured {best_m}, predicted {best_p}", fontsize=9)
-            ax.set_xlabel("large-model threshold B")
-            ax.set_ylabel("throughput (tok/s)")
-            ax.legend(fontsize=8)
+        fig, axes = plt.subplots(len(settings), len(ns), figsize=(4.2 * len(ns), 3.8 * len(settings)),
+                                 squeeze=False)
+        for row, setting in enumerate(settings):
+            for ax, n in zip(axes[row], ns, strict=True):
+                g = table[(table["setting"] == setting) & (table["concurrency"] == n)].sort_values("threshold")
+                if g.empty:
+                    ax.set_visible(False)
+                    continue
+                _validation_axes(ax, g, int(n), setting, steady)
         fig.suptitle(f"Threshold validation: {_setting_title(runs)} (labels: predicted vs measured, relative error)",
                      fontsize=9)
         fig.tight_layout()
+    table = table.drop(columns="setting") if not shown else table
     table.to_csv(out / "threshold_validation.csv", index=False)
     return [out / "threshold_validation.csv", *_save(fig, out, "threshold_validation")]
+
+
+def _validation_axes(ax: plt.Axes, g: pd.DataFrame, n: int, setting: str, steady: bool) -> None:
+    x = g["threshold"]
+    ax.plot(x, g[MEASURED], "o-", label="measured (steady)" if steady else "measured")
+    ax.plot(x, g[PREDICTED], "s--", label="predicted")
+    for xi, yi, err in zip(x, g[PREDICTED], g["rel_error"], strict=True):
+        ax.annotate(f"{err:+.0%}", (xi, yi), xytext=(0, 5), textcoords="offset points", ha="center", fontsize=7)
+    ax.set_ylim(bottom=0)  # from zero: a panel's own range would make a 2% gap look large
+    ax.set_xticks(list(x))
+    best_m = g.loc[g[MEASURED].idxmax(), "threshold"]
+    best_p = g.loc[g[PREDICTED].idxmax(), "threshold"]
+    ax.set_title(f"N={n}: best B measured {best_m}, predicted {best_p}" + (f"\n{setting}" if setting else ""),
+                 fontsize=8 if setting else 9)
+    ax.set_xlabel("large-model threshold B")
+    ax.set_ylabel("throughput (tok/s)")
+    ax.legend(fontsize=8)
 
 
 def _setting_title(runs: pd.DataFrame) -> str:
@@ -197,13 +232,21 @@ def _setting_title(runs: pd.DataFrame) -> str:
     return ", ".join(parts) or "all runs"
 
 
+def axis_series(runs: pd.DataFrame, axis: str, report: str) -> pd.DataFrame:
+    """The runs with a `series` name each (split wherever runs of a name differ in a config key other than
+    `axis`), keeping the series measured at two or more `axis` values; the others are left out, saying so."""
+    if runs.empty:
+        return runs
+    runs = runs.assign(series=split_series(runs, runs.apply(series_label, axis=1), along=(axis,)))
+    several = runs.groupby("series")[axis].transform("nunique") >= 2
+    leave_out(report, runs[~several], f"their series (system, algorithm and config) ran at one {axis} only")
+    return runs[several]
+
+
 def concurrency_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     """Throughput vs concurrency N per series, and each request's own speed relative to the smallest N."""
-    runs = has(select(df, "concurrency_sweep"), THROUGHPUT, "concurrency", "system").copy()
-    if runs.empty:
-        return []
-    runs["series"] = runs.apply(series_label, axis=1)
-    runs = runs[runs.groupby("series")["concurrency"].transform("nunique") >= 2]
+    runs = axis_series(closed_loop(has(df, THROUGHPUT, "concurrency", "system"), "concurrency"), "concurrency",
+                       "concurrency")
     if runs.empty:
         return []
     columns = [c for c in (THROUGHPUT, PER_REQUEST) if c in runs]
@@ -249,11 +292,7 @@ def load_plot(df: pd.DataFrame, out: Path) -> list[Path]:
     """Open-loop load curves against the offered request rate (arrival=poisson), one line per series: achieved
     throughput, p50/p99 TTFT and TPOT, and goodput under the configured SLOs (when `slo.*` was set); load.csv
     also holds mean / p99 latency and mean TTFT."""
-    runs = has(select(df, "rate_sweep"), "request_rate", "mean_latency_s", THROUGHPUT, "system").copy()
-    if runs.empty:
-        return []
-    runs["series"] = runs.apply(series_label, axis=1)
-    runs = runs[runs.groupby("series")["request_rate"].transform("nunique") >= 2]
+    runs = axis_series(has(df, "request_rate", "mean_latency_s", THROUGHPUT, "system"), "request_rate", "load")
     if runs.empty:
         return []
     columns = [c for c in (THROUGHPUT, "mean_latency_s", "p99_latency_s", "mean_ttft_s", "median_ttft_ms",

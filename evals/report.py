@@ -16,8 +16,21 @@ import pandas as pd
 
 from baselines.routellm_metrics import apgr, cpt
 from evals import paper
+from evals.comparable import (
+    Comparison,
+    closed_loop,
+    compare_systems,
+    config_keys,
+    distinguishing,
+    key_name,
+    setting_ids,
+    sort_rows,
+    value,
+)
+from evals.left_out import LeftOut, collecting, leave_out
+from evals.left_out import table as left_out_table
 from evals.oracle import oracle_curve
-from evals.runs_table import PREDICTED, STEADY, THROUGHPUT, has, pair_label, select, series_label
+from evals.runs_table import PREDICTED, STEADY, THROUGHPUT, has, pair_label, series_label
 from evals.tables import write_table
 
 ORACLE = "optimal query router (oracle)"
@@ -43,48 +56,71 @@ def write_reports(df: pd.DataFrame, out: Path) -> list[Path]:
         breakdown.serving_breakdown,
         breakdown.systems_side_by_side,
     ]
-    for report in reports:
-        written += report(df, out)
+    with collecting() as notes:
+        for report in reports:
+            written += report(df, out)
+    written += write_left_out(notes, out)
     from evals.html_report import write_html_report
 
     written.append(write_html_report(df, out))
     return written
 
 
+def write_left_out(notes: list[LeftOut], out: Path) -> list[Path]:
+    """left_out.md / .csv / .tex: the runs each report left out and why (none: an earlier report's removed)."""
+    for stale in ("left_out.md", "left_out.csv", "left_out.tex"):
+        (out / stale).unlink(missing_ok=True)
+    if not notes:
+        return []
+    return write_table(left_out_table(notes), out, "left_out", "Runs each report left out, and why.")
+
+
 def table3(df: pd.DataFrame, out: Path) -> list[Path]:
-    """R2R (lockstep / official) vs TokenRouter throughput per model pair and N, next to the paper's Table 3;
-    each system's output length and large-model share alongside (see OUTPUTS)."""
-    runs = has(select(df, "table3"), "system", "models", THROUGHPUT)
-    # one row per router threshold: runs at different thresholds route different tokens, so never averaged
-    threshold = runs.get("cfg.algorithm.threshold", pd.Series(None, index=runs.index, dtype=object))
-    runs = runs.assign(threshold=threshold.astype(object).where(threshold.notna(), "--"))
-    keys = ["models", "concurrency", "threshold"]
-    means = runs.groupby([*keys, "system"], dropna=False)[[THROUGHPUT, *outputs(runs)]].mean()
-    several = runs["threshold"].nunique() > 1
+    """R2R (lockstep / official) vs TokenRouter throughput per configuration both ran (model pair, N, and every
+    other config key in which the compared configurations differ, as columns), the paper's Table 3 beside its
+    N=4 rows; each system's output length and large-model share alongside (see OUTPUTS)."""
+    runs = closed_loop(has(df, "system", "models", THROUGHPUT), "table3")
+    comparisons = compare_systems(runs, "tokenrouter", tuple(BASELINES), "table3")
+    if not comparisons:
+        return []
+    shown, variants = columns_of(comparisons)
     rows = []
-    for models, n, threshold in sorted({k[:3] for k in means.index}, key=str):
-        got = {s: means.loc[(models, n, threshold, s)] if (models, n, threshold, s) in means.index else None
+    for c in comparisons:
+        got = {s: c.groups[s][[THROUGHPUT, *outputs(c.groups[s])]].mean() if s in c.groups else None
                for s in ("tokenrouter", *BASELINES)}
         speed = {s: None if r is None else r[THROUGHPUT] for s, r in got.items()}
-        if speed["tokenrouter"] is None or all(speed[s] is None for s in BASELINES):
-            continue
-        label = pair_label(models)
-        ref = paper.TABLE3.get(label, (None, None, None))
-        row = {"pair": label, "N": n, **({"threshold": threshold} if several else {})}
-        for system, name in BASELINES.items():
-            row[f"{name} tok/s"] = speed[system]
+        first = c.groups["tokenrouter"].iloc[0]
+        label, n = pair_label(first["models"]), first["concurrency"]
+        ref = paper.TABLE3.get(label, (None, None, None)) if n == paper.TABLE3_N else (None, None, None)
+        row = {"pair": label, "N": n, **{key_name(k): value(c.setting[k]) for k in shown}}
+        row.update({f"{SYSTEM_NAMES[s]} variant": c.variants.get(s) for s in variants})
+        for system, baseline in BASELINES.items():
+            row[f"{baseline} tok/s"] = speed[system]
         row["TokenRouter tok/s"] = speed["tokenrouter"]
-        for system, name in BASELINES.items():
-            row[f"gain vs {name.split()[1]}"] = speed["tokenrouter"] / speed[system] if speed[system] else None
+        for system, baseline in BASELINES.items():
+            row[f"gain vs {baseline.split()[1]}"] = speed["tokenrouter"] / speed[system] if speed[system] else None
         row.update({"paper R2R tok/s": ref[0], "paper TokenRouter tok/s": ref[1], "paper gain": ref[2]})
-        for system, name in {**BASELINES, "tokenrouter": "TokenRouter"}.items():
-            row.update(output_cells(got[system], name))
+        for system, system_name in SYSTEM_NAMES.items():
+            row.update(output_cells(got[system], system_name))
         rows.append(row)
-    if not rows:
-        return []
-    caption = ("Table 3: R2R vs TokenRouter decoding throughput (tok/s); paper figures at N=4 on GPUs. Output "
-               "tokens and large-model shares per system: greedy outputs may differ between systems on GPU.")
-    return write_table(pd.DataFrame(rows), out, "table3", caption)
+    table = sort_rows(pd.DataFrame(rows), ["pair", "N", *map(key_name, shown)])
+    caption = ("Table 3: R2R vs TokenRouter decoding throughput (tok/s), one row per configuration both ran "
+               "(config keys in which rows differ are columns); paper figures at N=4 on GPUs. Output tokens and "
+               "large-model shares per system: greedy outputs may differ between systems on GPU.")
+    return write_table(table, out, "table3", caption)
+
+
+SYSTEM_NAMES = {**BASELINES, "tokenrouter": "TokenRouter"}
+
+
+def columns_of(comparisons: list[Comparison]) -> tuple[list[str], list[str]]:
+    """The config keys in which the compared configurations differ, beyond the model pair and N (the row
+    label), and the systems that ran in several variants (their `system.*` values) on some configuration."""
+    settings = pd.DataFrame([c.setting for c in comparisons]).reset_index(drop=True)
+    label = [k for k in ("cfg.models.name", "cfg.concurrency") if k in settings]
+    shown = distinguishing(settings, label, [k for k in settings.columns if k not in label])
+    variants = sorted({s for c in comparisons for s, v in c.variants.items() if v})
+    return shown, variants
 
 
 # Greedy outputs are not token-identical across systems on GPU (batch-dependent bf16 kernels), so tables that
@@ -128,47 +164,72 @@ def ablation_variant(row: pd.Series) -> str:
 
 
 def ablation(df: pd.DataFrame, out: Path) -> list[Path]:
-    """Throughput per variant (rows) and N (columns, as the paper: largest N first), paper figures alongside."""
-    runs = has(select(df, "ablation"), "system", "concurrency", THROUGHPUT).copy()
+    """Throughput per variant (rows) and N (columns, as the paper: largest N first), paper figures alongside;
+    one block of rows per configuration on which several variants ran (config keys in which blocks differ
+    are columns)."""
+    runs = has(df, "system", "concurrency", THROUGHPUT)
+    runs = closed_loop(runs[runs["system"].isin(SYSTEM_NAMES)], "ablation").copy()
     if runs.empty:
         return []
     runs["variant"] = runs.apply(ablation_variant, axis=1)
-    if runs["variant"].nunique() < 2:
+    keys = config_keys(runs, without=("system.", "runtime.delayed_batching", "concurrency"))
+    runs["_setting"] = setting_ids(runs, keys)
+    own = distinguishing(runs, ["_setting", "variant"], [k for k in config_keys(runs) if key_name(k).startswith("system.")])
+    if own:  # a system run in several variants of its own (e.g. official R2R at two `system.threshold`s)
+        runs["variant"] += runs.apply(lambda r: "".join(f" ({key_name(k)}={r[k]})" for k in own if pd.notna(r.get(k))),
+                                      axis=1)
+    several = runs.groupby("_setting")["variant"].transform("nunique") > 1
+    leave_out("ablation", runs[~several], "no other variant (full, w/o delayed batching, lock-step, official R2R) "
+              "ran the same configuration")
+    runs = runs[several]
+    if runs.empty:
         return []
-    table = runs.pivot_table(index="variant", columns="concurrency", values=THROUGHPUT, aggfunc="mean")
+    shown = distinguishing(runs, [], keys)
+    for key in shown:
+        runs[key_name(key)] = runs[key].map(value).astype(str)
+    index = [*map(key_name, shown), "variant"]
+    table = runs.pivot_table(index=index, columns="concurrency", values=THROUGHPUT, aggfunc="mean")
     table = table[sorted(table.columns, reverse=True)]
     table.columns = [f"N={int(n)} tok/s" for n in table.columns]
     order = [*paper.ABLATION]  # the paper's row order, other variants after
-    table = table.reset_index().sort_values("variant", key=lambda v: v.map(lambda x: (order + [x]).index(x)))
-    for n in sorted({int(c.split("=")[1].split()[0]) for c in table.columns[1:]}, reverse=True):
+    table = table.reset_index()
+    table["_order"] = table["variant"].map(lambda v: order.index(v) if v in order else len(order))
+    table = table.sort_values([*map(key_name, shown), "_order", "variant"]).drop(columns="_order")
+    for n in sorted({int(c.split("=")[1].split()[0]) for c in table.columns if c.startswith("N=")}, reverse=True):
         table[f"paper N={n}"] = [paper.ABLATION.get(v, {}).get(n) for v in table["variant"]]
     return write_table(
-        table, out, "ablation", "Ablation: decoding throughput (tok/s) per variant and concurrency N."
+        table, out, "ablation", "Ablation: decoding throughput (tok/s) per variant and concurrency N; paper figures "
+        "for its main pair (0.6B/32B)."
     )
 
 
 def systems_comparison(df: pd.DataFrame) -> pd.DataFrame:
-    """TokenRouter / lock-step per concurrency N, measured (total / elapsed and steady) and predicted (the
-    throughput model's chain over lock-step's closed form), from runs that carry predictions (sim engines)."""
-    runs = has(select(df, "systems_sim"), "system", "concurrency", THROUGHPUT, PREDICTED).copy()
+    """TokenRouter / lock-step per configuration both ran (N, and the config keys in which configurations
+    differ), measured (total / elapsed and steady) and predicted (the throughput model's chain over
+    lock-step's closed form), from runs that carry predictions (sim engines)."""
+    runs = closed_loop(has(df, "system", "concurrency", THROUGHPUT, PREDICTED), "systems").copy()
     if runs.empty:
         return pd.DataFrame()
     if STEADY not in runs:
         runs[STEADY] = float("nan")
-    means = runs.groupby(["concurrency", "system"])[[THROUGHPUT, STEADY, PREDICTED, *outputs(runs)]].mean()
+    comparisons = compare_systems(runs, "tokenrouter", ("lockstep",), "systems")
+    if not comparisons:
+        return pd.DataFrame()
+    shown, _ = columns_of(comparisons)
+    shown = [k for k in shown if k != "cfg.models.name"] if runs["models"].nunique() == 1 else shown
     rows = []
-    for n in sorted({n for n, _ in means.index}):
-        if (n, "tokenrouter") not in means.index or (n, "lockstep") not in means.index:
-            continue
-        tr, ls = means.loc[(n, "tokenrouter")], means.loc[(n, "lockstep")]
+    for c in comparisons:
+        tr, ls = (c.groups[s][[THROUGHPUT, STEADY, PREDICTED, *outputs(runs)]].mean() for s in ("tokenrouter", "lockstep"))
         predicted = tr[PREDICTED] / ls[PREDICTED]
         measured, steady = tr[THROUGHPUT] / ls[THROUGHPUT], tr[STEADY] / ls[STEADY]
-        rows.append({"N": int(n), "tokenrouter tok/s": tr[THROUGHPUT], "lockstep tok/s": ls[THROUGHPUT],
+        rows.append({"N": int(c.groups["tokenrouter"]["concurrency"].iloc[0]),
+                     **{key_name(k): value(c.setting[k]) for k in shown},
+                     "tokenrouter tok/s": tr[THROUGHPUT], "lockstep tok/s": ls[THROUGHPUT],
                      "ratio": measured, "ratio (steady)": steady, "predicted ratio": predicted,
                      "difference %": 100 * (measured / predicted - 1),
                      "difference % (steady)": 100 * (steady / predicted - 1),
                      **output_cells(tr, "tokenrouter"), **output_cells(ls, "lockstep")})
-    return pd.DataFrame(rows)
+    return sort_rows(pd.DataFrame(rows), ["N", *map(key_name, shown)])
 
 
 def systems(df: pd.DataFrame, out: Path) -> list[Path]:

@@ -1,12 +1,11 @@
-"""The runs table (`evals.store.load_results`) as every report reads it: its column names, which runs belong
-to an experiment, and how a run or a model pair is labelled. Shared by the tables (`evals.report`) and the
+"""The runs table (`evals.store.load_results`) as every report reads it: its column names and how a run or a model
+pair is labelled (which runs a report may compare: `evals.comparable`). Shared by the tables (`evals.report`) and the
 figures (`evals.plots`), so neither imports the other's helpers.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 
 import pandas as pd
 
@@ -14,34 +13,6 @@ THROUGHPUT = "throughput_tok_s"
 PER_REQUEST = "per_request_throughput_tok_s"
 STEADY = "steady_throughput_tok_s"  # closed loop without the drain tail: what the throughput model predicts
 PREDICTED = "predicted_throughput_tok_s"
-
-
-# The experiments the reports are made for (conf/experiment/): a report leaves out the runs of the OTHER ones
-# (a threshold sweep at several N is not a Table 3 row) and says so on stderr; every other run (ad-hoc runs, a
-# user's own experiment, e.g. a new algorithm's sweep) is what it is and goes wherever it fits.
-REPORTED = ("table3", "pareto", "threshold_validation", "ablation", "systems_sim", "concurrency_sweep",
-            "rate_sweep", "tp_sweep", "sglang_baselines")
-
-
-def select(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
-    """The runs a report on `experiment` uses: that experiment's (also its parts: `pareto` takes pareto_amc23,
-    pareto_amc23_single, ...), and runs of no reported experiment; the runs of the other reported experiments
-    are left out, with one line on stderr naming them."""
-    if "experiment" not in df:
-        return df
-    names = df["experiment"].astype("string")
-
-    def of(name: str) -> pd.Series:
-        return ((names == name) | names.str.startswith(name + "_")).fillna(False).astype(bool)
-
-    others = pd.Series(False, index=df.index)
-    for name in REPORTED:
-        if name != experiment:
-            others |= of(name) & ~of(experiment)
-    if others.any() and not df[~others].empty:
-        left = ", ".join(f"{n} ({c})" for n, c in names[others].value_counts().sort_index().items())
-        print(f"report {experiment}: left out the runs of other experiments: {left}", file=sys.stderr)
-    return df[~others]
 
 
 def has(df: pd.DataFrame, *columns: str) -> pd.DataFrame:

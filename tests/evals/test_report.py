@@ -42,6 +42,8 @@ def make_run(root: Path, name: str, *, hydra: bool = True, summary: dict, **cfg:
         "runtime": {
             "thresholds": cfg.pop("thresholds", "auto"),
             "delayed_batching": cfg.pop("delayed_batching", True),
+            "max_wait_ms": cfg.pop("runtime_wait", 50.0),
+            "max_batch_size": cfg.pop("runtime_batch", 256),
         },
         "concurrency": cfg.pop("concurrency", 4),
         "seed": 0,
@@ -105,7 +107,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         [(30, 0.50, 0.1), (25, 0.62, 0.2), (20, 0.60, 0.35), (15, 0.68, 0.5)]
     ):
         make_run(pareto, f"tr{i}", router_threshold=0.1 * i, summary=graded(speed, acc, share), **common)
-        make_run(pareto, f"lock{i}", system="lockstep", summary=graded(speed / 3, acc, share), **common)
+        make_run(pareto, f"lock{i}", system="lockstep", router_threshold=0.1 * i, summary=graded(speed / 3, acc, share),
+                 **common)
     for i, share in enumerate([0.25, 0.5, 0.75]):
         make_run(
             pareto,
@@ -131,8 +134,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 summary=thr(measured - 20, steady_throughput_tok_s=measured, predicted_throughput_tok_s=predicted),
             )
     ablation = root / "ablation"
+    at = {"models": "qwen3-0.6b-32b", "workload": "low_effort"}  # each study's own setting, as conf/experiment's
     for n in (1, 4, 8):
-        make_run(ablation, f"full{n}", concurrency=n, experiment="ablation", summary=thr(30.0 * n))
+        make_run(ablation, f"full{n}", concurrency=n, experiment="ablation", summary=thr(30.0 * n), **at)
         make_run(
             ablation,
             f"nodb{n}",
@@ -140,6 +144,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             delayed_batching=False,
             experiment="ablation",
             summary=thr(25.0 * n),
+            **at,
         )
         make_run(
             ablation,
@@ -148,6 +153,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             system="official_r2r",
             experiment="ablation",
             summary=thr(10.0 * n),
+            **at,
         )
         make_run(
             ablation,
@@ -157,6 +163,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
             ablation_variant="lockstep",
             experiment="ablation",
             summary=thr(20.0 * n),
+            **at,
         )
     sweep = root / "concurrency"
     for n in (1, 2, 4, 8, 16):
@@ -166,13 +173,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 f"{system}{n}",
                 system=system,
                 concurrency=n,
+                workload="mixed",
                 experiment="concurrency_sweep",
                 summary=thr(50 * scale * n**0.8, per_request_throughput_tok_s=50 * scale * n**-0.2),
             )
     systems = root / "systems"
     for n, (tr, ls) in {4: (200.0, 140.0), 8: (380.0, 240.0)}.items():
         for system, value, predicted in (("tokenrouter", tr, 1.05 * tr), ("lockstep", ls, ls)):
-            make_run(systems, f"{system}{n}", system=system, concurrency=n, experiment="systems_sim",
+            make_run(systems, f"{system}{n}", system=system, models="sim-r2r", concurrency=n, experiment="systems_sim",
                      summary=thr(value, steady_throughput_tok_s=1.02 * value, predicted_throughput_tok_s=predicted,
                                  mean_output_tokens=value / 10, large_token_share=0.35))
     load = root / "load"
@@ -242,28 +250,36 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
     assert big["TokenRouter output tokens"] == 100 and big["R2R lockstep output tokens"] == 96
     assert big["TokenRouter large share"] == 0.3 and big["R2R lockstep large share"] == 0.32
     assert pd.isna(big["R2R official output tokens"])  # its runs carry no output statistics here
-    tiny = t3[t3["pair"] == "tiny-random"].iloc[0]
-    assert pd.isna(tiny["R2R official tok/s"]) and pd.isna(tiny["paper gain"])
+    tiny = t3[(t3["pair"] == "tiny-random") & (t3["workload.name"] == "synthetic")].iloc[0]
+    assert tiny["TokenRouter tok/s"] == 50 and pd.isna(tiny["R2R official tok/s"]) and pd.isna(tiny["paper gain"])
+    # every configuration both systems ran is a row, the keys in which rows differ are columns: the pareto sweep's
+    # thresholds (its lock-step runs at the same thresholds), the ablation's N; the paper's figures at N=4 only
+    amc = t3[t3["workload.name"] == "amc23"].set_index("algorithm.threshold")
+    assert list(amc.index) == pytest.approx([0.0, 0.1, 0.2, 0.3]) and amc.iloc[1]["gain vs lockstep"] == pytest.approx(3.0)
+    main_pair = t3[t3["pair"] == "0.6B/32B"].set_index("N")
+    assert main_pair.loc[4, "paper R2R tok/s"] == 77.08 and pd.isna(main_pair.loc[8, "paper R2R tok/s"])
     assert (
         "0.6B/8B" in (out / "table3.md").read_text()
         and "\\begin{tabular}" in (out / "table3.tex").read_text()
     )
 
-    ab = pd.read_csv(out / "ablation.csv").set_index("variant")
+    ab = pd.read_csv(out / "ablation.csv")
+    ab = ab[ab["workload.name"] == "low_effort"].set_index("variant")
     assert ab.loc["w/o delayed batching", "N=8 tok/s"] == 200 and ab.loc["full", "paper N=8"] == 372.48
     assert (
         ab.loc["w/o delayed batching, w/o async", "N=4 tok/s"] == 80
         and ab.loc["official R2R", "N=1 tok/s"] == 10
     )
     assert ab.loc["w/o delayed batching, w/o async", "paper N=4"] == 143.88
-    assert list(ab.columns[:3]) == ["N=8 tok/s", "N=4 tok/s", "N=1 tok/s"]
+    assert [c for c in ab.columns if c.endswith("tok/s")] == [f"N={n} tok/s" for n in (16, 8, 4, 2, 1)]
 
     tv = pd.read_csv(out / "threshold_validation.csv")
     assert len(tv) == 6 and tv["rel_error"].abs().max() < 0.1
     assert tv["measured_tok_s"].min() >= 100  # the steady figure, not the lower total / elapsed
 
     conc = pd.read_csv(out / "concurrency.csv")
-    tr16 = conc[(conc["series"] == "tokenrouter (r2r)") & (conc["concurrency"] == 16)].iloc[0]
+    # one line per configuration: the sweep's (workload mixed) apart from the ablation's at N=1,4,8
+    tr16 = conc[(conc["series"] == "tokenrouter (r2r) · workload.name=mixed") & (conc["concurrency"] == 16)].iloc[0]
     assert tr16["throughput_scale"] == pytest.approx(16**0.8) and tr16["per_request_kept"] == pytest.approx(
         16**-0.2
     )
@@ -305,7 +321,17 @@ def test_reports_only_what_runs_support(runs: Path, tmp_path: Path) -> None:
         "threshold_validation.csv",
         "threshold_validation.png",
         "threshold_validation.pdf",
+        # fixed thresholds at N=2 and 3: each a line over N
+        "concurrency.csv",
+        "concurrency.png",
+        "concurrency.pdf",
+        # TokenRouter runs with no lock-step twin: table3, ablation and systems say they left them out
+        "left_out.md",
+        "left_out.csv",
+        "left_out.tex",
     }
+    notes = pd.read_csv(tmp_path / "left_out.csv")
+    assert list(notes["report"]) == ["table3", "ablation", "systems"] and set(notes["runs"]) == {6}
 
 
 def test_pareto_frontier() -> None:
@@ -351,13 +377,51 @@ def test_paper_figures_match_paper_md() -> None:
     assert found == paper.TABLE3
 
 
-def test_reports_keep_runs_of_no_reported_experiment_and_say_what_they_left_out(capsys) -> None:
-    """A new algorithm's sweep (untagged, or under its own experiment name) stays on the Pareto plot beside the
-    pareto_* runs; runs of another reported experiment are left out, in one line."""
-    from evals.runs_table import select
+def test_reports_select_runs_by_what_they_are_not_by_experiment_name(tmp_path: Path) -> None:
+    """The same runs under any experiment names (a shipped one, a user's own, none) give the same reports: a new
+    algorithm's sweep lands on the Pareto plot beside pareto_* runs and a table3 run is a Table 3 row wherever
+    it was launched."""
+    def sweep(root: Path, names: list[str | None]) -> pd.DataFrame:
+        for i, (threshold, experiment) in enumerate(zip((0.3, 0.6), names[:2], strict=True)):
+            tag = {"experiment_name": experiment} if experiment else {}
+            make_run(root, f"tr{i}", workload="amc23", router_threshold=threshold, **tag,
+                     summary=graded(30 - 10 * i, 0.6 + 0.1 * i, 0.2))
+            make_run(root, f"lock{i}", workload="amc23", system="lockstep", router_threshold=threshold, **tag,
+                     summary=graded(10 - 3 * i, 0.6 + 0.1 * i, 0.2))
+        tag = {"experiment_name": names[2]} if names[2] else {}
+        make_run(root, "entropy", workload="amc23", algorithm="entropy", **tag, summary=graded(25, 0.65, 0.15))
+        return load_results([root])
 
-    df = pd.DataFrame({"experiment": ["pareto_amc23", None, "entropy_amc23", "table3", "pareto_amc23_single"]})
-    assert list(select(df, "pareto").index) == [0, 1, 2, 4]
-    assert capsys.readouterr().err.strip() == "report pareto: left out the runs of other experiments: table3 (1)"
-    assert list(select(df, "table3").index) == [1, 2, 3]
-    assert list(select(df[df["experiment"] == "table3"], "pareto").index) == []  # nothing to report: no line
+    reports = []
+    for k, names in enumerate([["pareto_amc23", "table3", "entropy_sweep"], [None, None, None]]):
+        out = tmp_path / f"out{k}"
+        write_reports(sweep(tmp_path / f"runs{k}", names), out)
+        reports.append({stem: pd.read_csv(out / f"{stem}.csv") for stem in ("table3", "pareto_amc23")})
+    for stem in ("table3", "pareto_amc23"):
+        pd.testing.assert_frame_equal(reports[0][stem], reports[1][stem])
+    assert list(reports[0]["table3"]["algorithm.threshold"]) == [0.3, 0.6]
+    assert {"tokenrouter (entropy)", "tokenrouter (r2r)", "lockstep (r2r)"} == set(reports[0]["pareto_amc23"]["series"])
+
+
+def test_a_rerun_with_one_value_changed_is_never_merged_with_the_original(tmp_path: Path) -> None:
+    """Runs of a sweep and its rerun with one knob changed (into another dir) stay apart in every report: a
+    Table 3 row and a Pareto series per value, labelled with it; a TokenRouter run whose only lock-step runs
+    are of another configuration is left out, naming the key."""
+    for wait in (50.0, 5.0):
+        for system, speed in (("tokenrouter", 30.0 if wait == 50.0 else 20.0), ("lockstep", 10.0)):
+            make_run(tmp_path / f"wait{wait}", system, system=system, workload="amc23", runtime_wait=wait,
+                     summary=graded(speed, 0.6, 0.2))
+    make_run(tmp_path / "batched", "tokenrouter", workload="amc23", runtime_batch=64, summary=graded(25, 0.6, 0.2))
+    out = tmp_path / "out"
+    write_reports(load_results([tmp_path]), out)
+    t3 = pd.read_csv(out / "table3.csv").set_index("runtime.max_wait_ms")
+    assert t3.loc[50.0, "TokenRouter tok/s"] == 120 and t3.loc[5.0, "TokenRouter tok/s"] == 80
+    assert len(t3) == 2 and t3["R2R lockstep tok/s"].tolist() == [40, 40]
+    series = set(pd.read_csv(out / "pareto_amc23.csv")["series"])
+    assert len(series) == 5 and {  # 3 TokenRouter, 2 lock-step, each naming only what sets it apart
+        "tokenrouter (r2r) · runtime.max_batch_size=256 · runtime.max_wait_ms=5.0",
+        "tokenrouter (r2r) · runtime.max_batch_size=64", "lockstep (r2r) · runtime.max_wait_ms=50.0"} <= series
+    notes = pd.read_csv(out / "left_out.csv")
+    note = notes[notes["report"] == "table3"].iloc[0]
+    assert note["runs"] == 1 and "runtime.max_batch_size" in note["why"] and "batched/tokenrouter" in note["run dirs"]
+    assert "Runs left out" in (out / "report.html").read_text()

@@ -262,12 +262,13 @@ def remove_previous(out: Path) -> None:
 
 
 def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Path]:
-    """The generic reports over all runs, Table 3 over the lock-step pairs only and the summary table; adds
-    the measured comparisons to `figures`."""
+    """The Pareto plot, query-level metrics, Table 3 (the configurations both TokenRouter and lock-step ran)
+    and the summary table over all runs, what they left out; adds the measured comparisons to `figures`."""
     from evals import demo_summary as ds
     from evals import plots
     from evals.html_report import write_html_report
-    from evals.report import query_level, table3
+    from evals.left_out import collecting
+    from evals.report import query_level, table3, write_left_out
     from evals.store import load_results
     from evals.tables import to_markdown
 
@@ -275,7 +276,9 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     out.mkdir(parents=True, exist_ok=True)
     remove_previous(out)
     df.to_csv(out / "runs.csv", index=False)
-    written = [out / "runs.csv", *plots.pareto_plot(df, out), *query_level(df, out), *table3(ds.lockstep_pairs(df), out)]
+    with collecting() as notes:
+        written = [out / "runs.csv", *plots.pareto_plot(df, out), *query_level(df, out), *table3(df, out)]
+    written += write_left_out(notes, out)
     table = ds.summary_table(df)
     table.to_csv(out / "summary.csv", index=False)
     (out / "summary.md").write_text(f"Demo runs ({figures['workload']}, N={figures['N']}).\n\n{to_markdown(table)}\n")
