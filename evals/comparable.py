@@ -3,7 +3,8 @@ everything that can change what a run measures. Reports pick runs by what they a
 workload: the runs table's columns), never by the experiment name they were launched under, so a new
 algorithm's sweep, a rerun with one value changed, or two studies reported together are each placed by their
 own config: a key whose value differs between runs of one group becomes a grouping key and a column or legend
-entry of its own, and runs with no counterpart are left out with the reason (`evals.left_out`).
+entry of its own, and runs with no counterpart are left out with the reason (`evals.left_out`). A key a system
+never reads (`evals.systems.UNREAD_KEYS`: lock-step has no delayed batching) does not set its runs apart.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pandas as pd
 
 from evals.left_out import leave_out
 from evals.run_record import NOT_IDENTITY
+from evals.systems import reads
 
 CONFIG = "cfg."
 # Config keys that never change what a run measures: the repeat (a report averages over seeds), labels, how a
@@ -72,9 +74,48 @@ def distinguishing(runs: pd.DataFrame, by: Sequence[str], keys: Iterable[str]) -
 
 def setting_ids(runs: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
     """One text id per run of its values at `keys`: equal ids, equal configuration there."""
-    if not keys:
+    if not keys or runs.empty:
         return pd.Series("", index=runs.index, dtype="string")
     return runs[list(keys)].astype("string").fillna(MISSING).agg("\x1f".join, axis=1)
+
+
+def place(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """`runs` (index reset) with a `_setting` column: `setting_ids` over `keys`. A run of a system that does not
+    read some of the keys (evals.systems.UNREAD_KEYS) belongs to every setting of the runs that read them which
+    agrees with it on the keys it reads: one copy per such setting, holding that setting's values at the keys
+    it does not read (so one lock-step run is the counterpart of TokenRouter's runs at each max_wait_ms). Such a
+    run with no matching setting keeps its own values."""
+    runs = runs.reset_index(drop=True)
+    systems = runs["system"] if "system" in runs else pd.Series(None, index=runs.index, dtype=object)
+    unread = {s: [k for k in keys if not reads(s, key_name(k))] for s in systems.dropna().unique()}
+    partial = systems.map(lambda s: bool(unread.get(s)))
+    full = runs[~partial]
+    placed = [full.assign(_setting=setting_ids(full, keys))]
+    settings = placed[0].drop_duplicates(subset="_setting")
+    for system, skip in unread.items():
+        mine = runs[partial & (systems == system)]
+        if mine.empty:
+            continue
+        read = [k for k in keys if k not in skip]
+        own = setting_ids(mine, read)
+        candidates = settings[[*skip, "_setting"]].assign(_read=setting_ids(settings, read).to_numpy())
+        matched = mine.drop(columns=skip).assign(_read=own.to_numpy()).merge(candidates, on="_read")
+        alone = mine[~own.isin(set(candidates["_read"]))]
+        placed += [matched.drop(columns="_read")[[*mine.columns, "_setting"]], alone.assign(_setting=setting_ids(alone, keys))]
+    return pd.concat(placed, ignore_index=True)
+
+
+def without_unread(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
+    """`runs` with each run's value blanked at the keys its system does not read (a lock-step series is not
+    split by runtime.max_wait_ms)."""
+    if "system" not in runs:
+        return runs
+    runs = runs.copy()
+    for key in keys:
+        unread = runs["system"].map(lambda s, k=key: not reads(s, key_name(k))).astype(bool)
+        if unread.any():
+            runs[key] = runs[key].astype(object).where(~unread, None)
+    return runs
 
 
 def describe(row: pd.Series, keys: Iterable[str]) -> str:
@@ -94,7 +135,7 @@ def split_series(runs: pd.DataFrame, series: pd.Series, by: Sequence[str] = (), 
     sharing `by` and a name differ, each series naming only the keys that set it apart from the others of
     its name (e.g. "tokenrouter (r2r) · workload.name=amc23")."""
     keys = config_keys(runs, without=along) if keys is None else keys
-    frame = runs.assign(_series=series)
+    frame = without_unread(runs, keys).assign(_series=series)
     named = distinguishing(frame, ["_series", *by], keys)
     if not named:
         return series
@@ -149,7 +190,8 @@ def compare_systems(runs: pd.DataFrame, subject: str, rivals: Sequence[str], rep
     systems = (subject, *rivals)
     runs = runs[runs["system"].isin(systems)]
     keys = config_keys(runs, without=("system.",))
-    ids = setting_ids(runs, keys)
+    runs = place(runs, keys)
+    ids = runs["_setting"]
     present = {s: set(ids[runs["system"] == s]) for s in systems}
     rival_ids = set().union(*(present[r] for r in rivals))
     paired = present[subject] & rival_ids
@@ -174,7 +216,7 @@ def compare_systems(runs: pd.DataFrame, subject: str, rivals: Sequence[str], rep
             groups_per_system[system] = variants
         for choice in product(*(list(v.items()) for v in groups_per_system.values())):
             chosen = dict(zip(groups_per_system, choice, strict=True))
-            comparisons.append(Comparison(setting=in_setting.iloc[0][keys],
+            comparisons.append(Comparison(setting=in_setting.iloc[0][keys],  # a placed copy holds its setting's values
                                           groups={s: g for s, (_, g) in chosen.items()},
                                           variants={s: v for s, (v, _) in chosen.items()}))
     return comparisons
@@ -187,6 +229,8 @@ def differing(runs: pd.DataFrame, ids: pd.Series, alone: pd.DataFrame, others: s
     reference = {i: runs.loc[ids == i].iloc[0] for i in others}
     names: set[str] = set()
     for _, run in alone.drop_duplicates(subset=[k for k in keys if k in alone]).head(20).iterrows():
-        diffs = [[k for k in keys if str(value(run.get(k))) != str(value(ref.get(k)))] for ref in reference.values()]
+        diffs = [[k for k in keys if str(value(run.get(k))) != str(value(ref.get(k)))
+                  and reads(run.get("system"), key_name(k)) and reads(ref.get("system"), key_name(k))]
+                 for ref in reference.values()]
         names.update(key_name(k) for k in min(diffs, key=len))
     return ", ".join(sorted(names))

@@ -23,7 +23,7 @@ from evals.comparable import (
     config_keys,
     distinguishing,
     key_name,
-    setting_ids,
+    place,
     sort_rows,
     value,
 )
@@ -91,7 +91,10 @@ def table3(df: pd.DataFrame, out: Path) -> list[Path]:
         speed = {s: None if r is None else r[THROUGHPUT] for s, r in got.items()}
         first = c.groups["tokenrouter"].iloc[0]
         label, n = pair_label(first["models"]), first["concurrency"]
-        ref = paper.TABLE3.get(label, (None, None, None)) if n == paper.TABLE3_N else (None, None, None)
+        # the paper's figures beside its own setting only: N=4, the full runtime (delayed batching on)
+        delayed = c.setting.get("cfg.runtime.delayed_batching")
+        as_paper = n == paper.TABLE3_N and (delayed is None or pd.isna(delayed) or bool(delayed))
+        ref = paper.TABLE3.get(label, (None, None, None)) if as_paper else (None, None, None)
         row = {"pair": label, "N": n, **{key_name(k): value(c.setting[k]) for k in shown}}
         row.update({f"{SYSTEM_NAMES[s]} variant": c.variants.get(s) for s in variants})
         for system, baseline in BASELINES.items():
@@ -105,7 +108,7 @@ def table3(df: pd.DataFrame, out: Path) -> list[Path]:
         rows.append(row)
     table = sort_rows(pd.DataFrame(rows), ["pair", "N", *map(key_name, shown)])
     caption = ("Table 3: R2R vs TokenRouter decoding throughput (tok/s), one row per configuration both ran "
-               "(config keys in which rows differ are columns); paper figures at N=4 on GPUs. Output tokens and "
+               "(config keys in which rows differ are columns); paper figures at N=4 with delayed batching, on GPUs. Output tokens and "
                "large-model shares per system: greedy outputs may differ between systems on GPU.")
     return write_table(table, out, "table3", caption)
 
@@ -173,14 +176,15 @@ def ablation(df: pd.DataFrame, out: Path) -> list[Path]:
         return []
     runs["variant"] = runs.apply(ablation_variant, axis=1)
     keys = config_keys(runs, without=("system.", "runtime.delayed_batching", "concurrency"))
-    runs["_setting"] = setting_ids(runs, keys)
+    runs = place(runs, keys)  # a lock-step run joins each block whose keys it reads agree with it
     own = distinguishing(runs, ["_setting", "variant"], [k for k in config_keys(runs) if key_name(k).startswith("system.")])
     if own:  # a system run in several variants of its own (e.g. official R2R at two `system.threshold`s)
         runs["variant"] += runs.apply(lambda r: "".join(f" ({key_name(k)}={r[k]})" for k in own if pd.notna(r.get(k))),
                                       axis=1)
-    several = runs.groupby("_setting")["variant"].transform("nunique") > 1
-    leave_out("ablation", runs[~several], "no other variant (full, w/o delayed batching, lock-step, official R2R) "
-              "ran the same configuration")
+    several = runs.groupby(["_setting", "concurrency"])["variant"].transform("nunique") > 1
+    unused = runs[~runs["run_dir"].isin(set(runs.loc[several, "run_dir"]))].drop_duplicates(subset="run_dir")
+    leave_out("ablation", unused, "no other variant (full, w/o delayed batching, lock-step, official R2R) ran the "
+              "same configuration at its N")
     runs = runs[several]
     if runs.empty:
         return []

@@ -7,8 +7,10 @@ the core; it is importable from here too, where scripts written against the harn
 from __future__ import annotations
 
 import importlib
+from dataclasses import fields
 from typing import Any
 
+from tokenrouter.config import RuntimeConfig
 from tokenrouter.errors import UserError
 from tokenrouter.system import FRONTEND_SEED, ServingSystem, SystemSetup
 
@@ -21,6 +23,24 @@ SYSTEMS: dict[str, str] = {
     "single": "baselines.single:from_setup",
     "official_r2r": "baselines.official_r2r:from_setup",
 }
+
+# system name -> the config keys it never reads (a key, or a prefix ending in "."), so reports pair one of its
+# runs with a rival's whatever the rival's value there (evals.comparable.place): one lock-step run is the
+# baseline of TokenRouter runs at every runtime.max_wait_ms. Lock-step is one in-process driver with no delayed
+# batching, subserver links or spinning: of `runtime` it reads the batch and step-token caps and the trace
+# switches; official R2R runs thu-nics/R2R's own server. Checked against what each system reads by
+# tests/evals/test_systems.py.
+LOCKSTEP_READS = ("max_batch_size", "max_step_tokens", "trace", "trace_max_batches")
+UNREAD_KEYS: dict[str, tuple[str, ...]] = {
+    "lockstep": tuple(f"runtime.{f.name}" for f in fields(RuntimeConfig) if f.name not in LOCKSTEP_READS),
+    "official_r2r": ("runtime.",),
+}
+
+
+def reads(system: object, key: str) -> bool:
+    """Whether runs of `system` read config `key` (e.g. "runtime.max_wait_ms"); unknown systems read all."""
+    unread = UNREAD_KEYS.get(system, ()) if isinstance(system, str) else ()
+    return not any(key == u or (u.endswith(".") and key.startswith(u)) for u in unread)
 
 
 def tokenrouter_system(setup: SystemSetup) -> ServingSystem:

@@ -11,6 +11,7 @@ from evals.comparable import (
     compare_systems,
     config_keys,
     distinguishing,
+    place,
     sort_rows,
     split_series,
 )
@@ -65,7 +66,7 @@ def test_compare_systems_pairs_like_with_like_and_says_what_it_left_out(capsys: 
     assert [(n.report, n.runs) for n in notes] == [("t", 1), ("t", 1)]
     assert notes[0].why == ("tokenrouter: no lockstep/official_r2r run of the same configuration (nearest differs in "
                             "algorithm.threshold)") and notes[0].examples == "sweep/run5"
-    assert "nearest differs in algorithm.threshold, runtime.max_wait_ms" in notes[1].why
+    assert "nearest differs in algorithm.threshold)" in notes[1].why  # lock-step reads no runtime.max_wait_ms
     assert capsys.readouterr().err.count("\n") == 2  # one stderr line per note, while collecting too
 
 
@@ -79,3 +80,31 @@ def test_sort_rows_numbers_as_numbers() -> None:
     rows = pd.DataFrame({"N": [16, 4, 8], "k": ["b", "a", "c"]})
     assert list(sort_rows(rows, ["N"])["N"]) == [4, 8, 16]
     assert list(sort_rows(pd.DataFrame({"v": ["--", 0.5, 0.25]}), ["v"])["v"]) == ["--", 0.25, 0.5]  # mixed: as text
+
+
+def test_a_key_a_system_never_reads_does_not_set_its_runs_apart(capsys: pytest.CaptureFixture) -> None:
+    """One lock-step run is the baseline of TokenRouter runs at every max_wait_ms and delayed_batching (it has
+    neither), an official R2R run of every runtime.* setting; a key lock-step reads (max_batch_size) still
+    splits, naming only that key."""
+    df = table({"system": "tokenrouter"}, {"system": "tokenrouter", "cfg.runtime.max_wait_ms": 5.0},
+               {"system": "tokenrouter", "cfg.runtime.delayed_batching": False},
+               {"system": "lockstep", "cfg.runtime.max_wait_ms": 1.0},
+               {"system": "official_r2r", "cfg.runtime.max_batch_size": 8},
+               {"system": "lockstep", "cfg.runtime.max_batch_size": 8})
+    df["cfg.runtime.delayed_batching"] = df["cfg.runtime.delayed_batching"].astype(object).fillna(True)
+    df["cfg.runtime.max_batch_size"] = df["cfg.runtime.max_batch_size"].fillna(256)
+    placed = place(df, config_keys(df, without=("system.",)))
+    copies = placed[placed["run_dir"] == "/runs/sweep/run3"]  # lock-step's run, once per TokenRouter setting
+    assert sorted(copies["cfg.runtime.max_wait_ms"]) == [5.0, 50.0, 50.0]
+    assert sorted(copies["cfg.runtime.delayed_batching"].astype(str)) == ["False", "True", "True"]
+    assert set(copies["_setting"]) == set(placed[placed["system"] == "tokenrouter"]["_setting"])
+    with left_out.collecting() as notes:
+        comparisons = compare_systems(df, "tokenrouter", ("lockstep", "official_r2r"), "t")
+    assert len(comparisons) == 3
+    for c in comparisons:
+        assert list(c.groups["lockstep"]["run_dir"]) == ["/runs/sweep/run3"]
+        assert list(c.groups["official_r2r"]["run_dir"]) == ["/runs/sweep/run4"]
+        assert c.setting["cfg.runtime.max_wait_ms"] == c.groups["tokenrouter"].iloc[0]["cfg.runtime.max_wait_ms"]
+    assert [(n.runs, n.why) for n in notes] == [
+        (1, "lockstep: no tokenrouter run of the same configuration (nearest differs in runtime.max_batch_size)")]
+    assert notes[0].examples == "sweep/run5"

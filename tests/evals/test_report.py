@@ -256,8 +256,12 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
     # thresholds (its lock-step runs at the same thresholds), the ablation's N; the paper's figures at N=4 only
     amc = t3[t3["workload.name"] == "amc23"].set_index("algorithm.threshold")
     assert list(amc.index) == pytest.approx([0.0, 0.1, 0.2, 0.3]) and amc.iloc[1]["gain vs lockstep"] == pytest.approx(3.0)
-    main_pair = t3[t3["pair"] == "0.6B/32B"].set_index("N")
-    assert main_pair.loc[4, "paper R2R tok/s"] == 77.08 and pd.isna(main_pair.loc[8, "paper R2R tok/s"])
+    # the ablation's runs: lock-step (no delayed batching to switch) beside TokenRouter with it on and off
+    main_pair = t3[t3["pair"] == "0.6B/32B"].set_index(["N", "runtime.delayed_batching"])
+    assert len(main_pair) == 6 and main_pair.loc[(8, False), "R2R lockstep tok/s"] == 160
+    assert main_pair.loc[(8, False), "TokenRouter tok/s"] == 200 and main_pair.loc[(8, True), "TokenRouter tok/s"] == 240
+    assert main_pair.loc[(4, True), "paper R2R tok/s"] == 77.08 and pd.isna(main_pair.loc[(8, True), "paper R2R tok/s"])
+    assert pd.isna(main_pair.loc[(4, False), "paper R2R tok/s"])  # the paper's figures are of the full runtime
     assert (
         "0.6B/8B" in (out / "table3.md").read_text()
         and "\\begin{tabular}" in (out / "table3.tex").read_text()
@@ -418,9 +422,10 @@ def test_a_rerun_with_one_value_changed_is_never_merged_with_the_original(tmp_pa
     assert t3.loc[50.0, "TokenRouter tok/s"] == 120 and t3.loc[5.0, "TokenRouter tok/s"] == 80
     assert len(t3) == 2 and t3["R2R lockstep tok/s"].tolist() == [40, 40]
     series = set(pd.read_csv(out / "pareto_amc23.csv")["series"])
-    assert len(series) == 5 and {  # 3 TokenRouter, 2 lock-step, each naming only what sets it apart
-        "tokenrouter (r2r) · runtime.max_batch_size=256 · runtime.max_wait_ms=5.0",
-        "tokenrouter (r2r) · runtime.max_batch_size=64", "lockstep (r2r) · runtime.max_wait_ms=50.0"} <= series
+    # 3 TokenRouter series, each naming only what sets it apart; one lock-step series (it reads no max_wait_ms)
+    assert series == {"tokenrouter (r2r) · runtime.max_batch_size=256 · runtime.max_wait_ms=5.0",
+                      "tokenrouter (r2r) · runtime.max_batch_size=256 · runtime.max_wait_ms=50.0",
+                      "tokenrouter (r2r) · runtime.max_batch_size=64", "lockstep (r2r)"}
     notes = pd.read_csv(out / "left_out.csv")
     note = notes[notes["report"] == "table3"].iloc[0]
     assert note["runs"] == 1 and "runtime.max_batch_size" in note["why"] and "batched/tokenrouter" in note["run dirs"]
