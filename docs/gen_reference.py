@@ -1,4 +1,5 @@
-"""Generate the reference pages of the docs from the code itself: docs/reference/{cli,config,http}.md.
+"""Generate the reference pages of the docs from the code itself: docs/reference/{cli,config,http,results}.md, and
+the committed results (results/) as docs/reference/committed_results.md.
 
     .venv/bin/python docs/gen_reference.py          # rewrite the pages
     .venv/bin/python docs/gen_reference.py --check  # exit 1 naming the stale pages (tests/test_docs.py)
@@ -195,7 +196,37 @@ def results_page() -> str:
     return "".join(parts)
 
 
-PAGES = {"cli.md": cli_page, "config.md": config_page, "http.md": http_page, "results.md": results_page}
+def committed_results_page() -> str:
+    """results/: what each committed reference folder holds and its tables, as the site's results page."""
+    import pandas as pd
+
+    from evals.tables import to_markdown
+
+    results = ROOT / "results"
+    intro = (results / "README.md").read_text().split("\n", 1)[1].strip()
+    for folder in sorted(p.name for p in results.iterdir() if p.is_dir()):
+        intro = intro.replace(f"| `{folder}/` |", f"| [`{folder}/`](../../results/{folder}/) |")
+    parts = [HEADER, "# Committed results\n\n", intro, "\n"]
+    demo = results / "demo"
+    summary = (demo / "demo.md").read_text().split("\n## ", 1)[0].split("\n", 1)[1].strip()
+    parts += ["\n## The laptop study (`make demo`)\n\n", (demo / "demo.md").read_text().split("\n", 1)[0].lstrip("# "),
+              "\n\n", summary, "\n\n", (demo / "table3.md").read_text().strip(), "\n\n",
+              "Accuracy against throughput: [pareto_arith.png](../../results/demo/pareto_arith.png); every run: "
+              "[summary.md](../../results/demo/summary.md)",
+              "; the runs each report left out: [left_out.md](../../results/demo/left_out.md)"
+              if (demo / "left_out.md").is_file() else "", ".\n"]
+    parts += ["\n## TokenRouter against lock-step on the sim pair (`systems_sim/`)\n\n",
+              (results / "systems_sim" / "systems.md").read_text().strip(), "\n"]
+    validation = pd.read_csv(results / "threshold_validation" / "threshold_validation.csv")
+    parts += ["\n## The throughput model against the runtime (`threshold_validation/`)\n\n",
+              "Steady throughput (tok/s) at fixed thresholds [1, B1] beside the model's prediction "
+              "([plot](../../results/threshold_validation/threshold_validation.png)).\n\n",
+              to_markdown(validation), "\n"]
+    return "".join(parts)
+
+
+PAGES = {"cli.md": cli_page, "config.md": config_page, "http.md": http_page, "results.md": results_page,
+         "committed_results.md": committed_results_page}
 
 
 def main(argv: list[str]) -> int:

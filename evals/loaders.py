@@ -27,6 +27,10 @@ def _fields(cfg: Any, defaults: dict[str, Any]) -> dict[str, Any]:
         raise UserError(
             f"workload {cfg_get(cfg, 'name', '?')}: workload.fields must map roles to column names"
         )
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:  # a misspelt role would otherwise make the loader ask for a column nobody named
+        raise UserError(f"workload {cfg_get(cfg, 'name', '?')}: unknown workload.fields role(s) {unknown}; this "
+                        f"loader's roles: {sorted(defaults)}")
     # list-valued roles (several option columns) arrive as OmegaConf ListConfig: make them plain lists
     plain = {k: v if v is None or isinstance(v, str) else [str(c) for c in v] for k, v in given.items()}
     return {**defaults, **plain}

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.doc_blocks import blocks, commands, run_page, section, user_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,8 +39,10 @@ def free_port() -> int:
 
 def test_readme_quickstart_runs(tmp_path: Path) -> None:
     lines = shell_block(ROOT / "README.md", "Quickstart")
+    site_page = commands(blocks((ROOT / "docs" / "quickstart.md").read_text())[0][1])
+    assert site_page[0].startswith("python3 -m venv") and site_page[1:] == lines  # the site's page: the same lines
     port = str(free_port())
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = user_env()
     server = None
     try:
         for line in lines:
@@ -67,14 +71,44 @@ def test_readme_quickstart_runs(tmp_path: Path) -> None:
 
 def test_see_a_run_commands_run(tmp_path: Path) -> None:
     """docs/see_a_run.md: trace two runs, summarize them, report them."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    for line in shell_block(ROOT / "docs" / "see_a_run.md", "Commands"):
-        print(f"$ {line}")
-        done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
-        if line.startswith("tokenrouter trace summarize runs"):
-            assert "(tokenrouter)" in done.stdout and "(lockstep)" in done.stdout
-    assert (tmp_path / "runs" / "traced" / "report" / "report.html").is_file()
+    ran = run_page(section(ROOT / "docs" / "see_a_run.md", "Commands"), tmp_path)
+    assert len(ran) == 4 and (tmp_path / "runs" / "traced" / "report" / "report.html").is_file()
+    summary = ran["tokenrouter trace summarize runs/traced/0 runs/traced/1"]
+    assert "(tokenrouter)" in summary and "(lockstep)" in summary
+
+
+def test_add_a_workload_page_runs(tmp_path: Path) -> None:
+    """docs/add_a_workload.md, every block in order: a data file and its config in a config dir of the user's,
+    a loader of the user's own in the working directory, each run through `bench --config-dir`."""
+    ran = run_page((ROOT / "docs" / "add_a_workload.md").read_text(), tmp_path)
+    assert sum(line.startswith("tokenrouter bench --config-dir my_conf") for line in ran) == 2
+    mine = json.loads((tmp_path / "runs" / "my_math" / "summary.json").read_text())
+    assert mine["num_requests"] == 2 and mine["workload"] == "my_math" and mine["accuracy"] is not None
+    rows = [json.loads(ln) for ln in (tmp_path / "runs" / "my_math" / "requests.jsonl").read_text().splitlines()]
+    assert sorted(r["gold"] for r in rows) == ["42", "5"]
+    doubling = json.loads((tmp_path / "runs" / "doubling" / "summary.json").read_text())
+    assert doubling["num_requests"] == 4 and doubling["workload"] == "doubling"
+
+
+def test_reproduce_plan_command_runs(tmp_path: Path) -> None:
+    """docs/reproduce.md section 2 (offline): the plan of the Table 3 sweep on 8 x 80 GiB GPUs, as the page's
+    memory column quotes it."""
+    ran = run_page(section(ROOT / "docs" / "reproduce.md", "2. Check the plan, from anywhere"), tmp_path)
+    plan = ran.pop("tokenrouter plan -m +experiment=table3 --gpus 8 --gpu-memory-gib 80")
+    assert not ran and "8 job(s)" in plan and "cuda:0: 76.0 of 80.0 GiB planned" in plan
+    assert "30.51 GiB" in plan  # the 32B model's weights per GPU at TP 2
+
+
+def test_a_misspelt_field_role_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "my_conf" / "workload").mkdir(parents=True)
+    (tmp_path / "d.jsonl").write_text('{"q": "1+1?", "a": "2"}\n')
+    (tmp_path / "my_conf" / "workload" / "w.yaml").write_text(
+        "name: w\nloader: math\npath: d.jsonl\nfields: {problem: q, answer: a}\nmax_new_tokens: 4\n")
+    done = subprocess.run("tokenrouter bench --config-dir my_conf models=sim-r2r workload=w", shell=True,
+                          cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "workload w: unknown workload.fields role(s) ['problem']; this loader's roles: ['answer', 'question']" \
+        in done.stderr
 
 
 def start_server(command: str, port: str, cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
@@ -109,9 +143,11 @@ def wait_ready(server: subprocess.Popen) -> str | None:
 
 
 def test_docs_links_resolve() -> None:
-    """Every relative link in README.md and docs/*.md names a file that exists (a moved page breaks the test)."""
+    """Every relative link in README.md and the docs' pages (generated ones too) names a file that exists (a moved
+    page breaks the test)."""
     broken = []
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+    pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if "examples" not in p.relative_to(ROOT / "docs").parts]
+    for page in [ROOT / "README.md", *pages]:
         for target in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", page.read_text()):
             if re.match(r"^[a-z]+:", target):
                 continue
