@@ -17,7 +17,6 @@ results back), so the baseline pays no event-loop hop per round; new requests jo
 from __future__ import annotations
 
 import asyncio
-import math
 import queue
 import threading
 import time
@@ -29,7 +28,6 @@ from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_a
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
-from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
 from tokenrouter.generation import GenerationRequest, GenerationResult
@@ -375,17 +373,6 @@ class LockstepSystem(ServingSystem):
             error=a.error,
             commits=a.commits,
         )
-
-
-def bernoulli_throughput(p: float, small: LatencyProfile, large: LatencyProfile, n: int) -> float:
-    """Predicted lock-step throughput (tok/s) of N closed-loop requests under fixed hand-off probability p.
-
-    Every round commits exactly one token per request (its small-model token, or the large model's
-    replacement), and costs one small step of N rows plus, when b >= 1 rows were routed, one large step of b.
-    """
-    wait_ms = small.decode_ms(n) + sum(math.comb(n, b) * p**b * (1 - p) ** (n - b) * large.decode_ms(b)
-                                      for b in range(1, n + 1))
-    return n * 1000.0 / wait_ms
 
 
 def from_setup(setup: SystemSetup) -> LockstepSystem:

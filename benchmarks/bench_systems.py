@@ -5,7 +5,7 @@
 
 Measured: total output tokens / elapsed, and steady (summary.json `steady_throughput_tok_s`: while all N
 clients were busy, i.e. without the drain tail at the end, which the closed-loop predictions do not have).
-Predictions: lock-step from `baselines.lockstep.bernoulli_throughput` (every round commits N tokens and costs
+Predictions: lock-step from `tokenrouter.perfmodel.lockstep.lockstep_throughput` (every round commits N tokens and costs
 a small step plus a large step unless no row was routed), TokenRouter from the throughput model's Markov
 chain at the thresholds the runtime used. A rerun with the same --out reuses finished runs (delete the dir to
 measure again). Timings need an otherwise idle machine: sim engines sleep, so CPU contention adds latency.

@@ -357,19 +357,18 @@ def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | Non
         return None
     from tokenrouter.config import AlgorithmSpec
     from tokenrouter.engine.sim import sim_latency
+    from tokenrouter.perfmodel import SystemSpec, preset_for_algorithm, throughput
+    from tokenrouter.perfmodel.lockstep import lockstep_throughput
 
     algorithm = AlgorithmSpec.from_dict(cfg.algorithm)
     latencies = [sim_latency(s.sim) for s in specs]
     name = cfg.system.name
     if name == "lockstep" and algorithm.name == "bernoulli" and len(specs) == 2:
-        from baselines.lockstep import bernoulli_throughput
-
-        return bernoulli_throughput(float(algorithm.params.get("route_prob", 0.35)), *latencies, n)
+        route, commit = preset_for_algorithm("bernoulli", {"route_prob": algorithm.params.get("route_prob", 0.35)})
+        return lockstep_throughput(SystemSpec.build(route, commit, latencies, max_concurrency=n), n)
     thresholds = system.batching_thresholds(n) if name == "tokenrouter" else None
     if thresholds is None:
         return None
-    from tokenrouter.perfmodel import SystemSpec, preset_for_algorithm, throughput
-
     try:
         route, commit = preset_for_algorithm(algorithm.name, algorithm.params)
     except UserError:

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from baselines.lockstep import bernoulli_throughput
 from tokenrouter.cli import main
 from tokenrouter.engine.latency import LatencyProfile
+from tokenrouter.perfmodel import SystemSpec
+from tokenrouter.perfmodel.lockstep import lockstep_throughput
+from tokenrouter.perfmodel.presets import preset
 
 
 def rows(run_dir: Path) -> dict[int, dict]:
@@ -36,6 +38,10 @@ def test_greedy_outputs_equal_tokenrouter_on_tiny_random(tmp_path: Path) -> None
         assert a["text"] == b["text"]
     assert sum(r["tokens_per_model"]["large"] for r in lock.values()) > 0  # routing really happened
     assert sum(r["tokens_per_model"]["small"] for r in lock.values()) > 0
+
+
+def bernoulli_throughput(p: float, small: LatencyProfile, large: LatencyProfile, n: int) -> float:
+    return lockstep_throughput(SystemSpec.build(*preset("bernoulli", route_prob=p), [small, large]), n)
 
 
 def test_bernoulli_prediction() -> None:

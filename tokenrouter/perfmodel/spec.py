@@ -4,6 +4,11 @@ A request that finishes a decoding step on model i moves to model j with probabi
 C[i][j] output tokens (R2R: a small step that hands off commits nothing, the large model regenerates it).
 Latencies are `LatencyProfile`s, so a step may cost L_i(b) for a batch of b requests. The chain counts time
 in quanta of `quantum_ms`: d_i(b) = round(L_i(b) / quantum), at least 1 quantum.
+
+A step also extends the tokens its rows committed elsewhere since their last step here (the peer's tokens a
+hand-off carries): on average e_i of them per row (`catch_up_tokens`), each at the profile's `per_token_ms`,
+so L_i(b) = decode_i(b) + b e_i per_token_ms_i. Why: on a CPU (or a large model's prefill) they are not free,
+and a model that batches more rows pays them per row, which thresholds planned on decode alone over-batch.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import hashlib
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,6 +41,7 @@ class SystemSpec:
     commit: tuple[tuple[float, ...], ...]
     latencies: tuple[LatencyProfile, ...]
     quantum_ms: float
+    extend_tokens: tuple[float, ...] = ()  # e_i: tokens a row extends on model i beyond its one decode token
 
     @classmethod
     def build(
@@ -63,22 +69,32 @@ class SystemSpec:
                 raise UserError(f"route matrix row {i} must be non-negative and sum to 1, got {list(row)}")
         if any(x < 0 for row in c_mat for x in row):
             raise UserError("commit matrix entries must be non-negative")
-        if quantum_ms is None:
-            quantum_ms = auto_quantum(profiles, max_concurrency)
-        if not quantum_ms > 0:
-            raise UserError(f"quantum must be positive, got {quantum_ms} ms")
         for i, prof in enumerate(profiles):
             if not prof.decode_ms(1) > 0:
                 raise UserError(f"model {i}: step latency must be positive, got {prof.decode_ms(1)} ms")
         p_norm = tuple(tuple(x / sum(row) for x in row) for row in p_mat)
-        return cls(route=p_norm, commit=c_mat, latencies=profiles, quantum_ms=float(quantum_ms))
+        spec = cls(route=p_norm, commit=c_mat, latencies=profiles, quantum_ms=1.0,
+                   extend_tokens=catch_up_tokens(p_norm, c_mat))
+        if quantum_ms is None:
+            quantum_ms = spec.auto_quantum(max_concurrency)
+        if not quantum_ms > 0:
+            raise UserError(f"quantum must be positive, got {quantum_ms} ms")
+        return replace(spec, quantum_ms=float(quantum_ms))
 
     @property
     def num_models(self) -> int:
         return len(self.route)
 
     def latency_ms(self, model: int, batch: int) -> float:
-        return self.latencies[model].decode_ms(batch)
+        """L_i(b): a step of `batch` rows, each decoding one token and extending e_i caught-up ones."""
+        profile = self.latencies[model]
+        extend = self.extend_tokens[model] * batch * profile.per_token_ms if self.extend_tokens else 0.0
+        return profile.decode_ms(batch) + extend
+
+    def auto_quantum(self, max_batch: int = 1) -> float:
+        """The quantum that makes the slowest step (up to `max_batch`) exactly AUTO_MAX_QUANTA quanta."""
+        slowest = max(self.latency_ms(i, b) for i in range(self.num_models) for b in range(1, max(1, max_batch) + 1))
+        return slowest / AUTO_MAX_QUANTA
 
     def step_quanta(self, n: int) -> np.ndarray:
         """d[i, b]: quanta of a step of b requests on model i, for b = 0..n (d[i, 0] unused, 0)."""
@@ -103,10 +119,23 @@ class SystemSpec:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def auto_quantum(latencies: Sequence[LatencyProfile], max_batch: int = 1) -> float:
-    """The quantum that makes the slowest step (up to `max_batch`) exactly AUTO_MAX_QUANTA quanta."""
-    slowest = max(p.decode_ms(b) for p in latencies for b in range(1, max(1, max_batch) + 1))
-    return slowest / AUTO_MAX_QUANTA
+def catch_up_tokens(route: Sequence[Sequence[float]], commit: Sequence[Sequence[float]]) -> tuple[float, ...]:
+    """e_i for each model: the tokens committed on other models per request-step on model i, i.e.
+    (sum_{j != i} pi_j r_j) / pi_i, with pi the long-run share of a request's steps on each model (from model 0,
+    the entry model: a reducible or periodic route matrix is averaged over its first steps) and r_j the tokens
+    a step on j commits. Every token committed elsewhere is extended on i when the request next steps there."""
+    p = np.array(route, dtype=float)
+    m = len(p)
+    share, visit = np.zeros(m), np.eye(m)[0]
+    for _ in range(STATIONARY_STEPS):  # Cesaro average: defined for every route matrix
+        share += visit
+        visit = visit @ p
+    share /= STATIONARY_STEPS
+    tokens = share * (p * np.array(commit, dtype=float)).sum(axis=1)
+    return tuple(float((tokens.sum() - tokens[i]) / share[i]) if share[i] > 1e-12 else 0.0 for i in range(m))
+
+
+STATIONARY_STEPS = 4096
 
 
 def check_thresholds(thresholds: Sequence[int], n: int, num_models: int) -> tuple[int, ...]:
