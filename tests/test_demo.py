@@ -38,8 +38,9 @@ def test_demo_config_composes_every_sweep_point(capsys: pytest.CaptureFixture) -
             assert len(model_specs(point.models)) == 2
             if point.algorithm.name == "r2r":
                 assert point.algorithm.router == "/some/router.json"  # the demo's router reaches R2R
-            # thresholds chosen in the config (with its reason), not a fallback for want of step latencies
-            assert list(point.runtime.thresholds) == [1, 1]
+            # no delayed batching, chosen in the config (with its reason), not a fallback for want of step
+            # latencies; a knob every system takes, one model or two
+            assert point.runtime.delayed_batching is False
     assert systems == {"single", "tokenrouter", "lockstep", "query_routing"}
     # the Table 3 pair exists: lock-step runs an R2R threshold that TokenRouter also runs
 

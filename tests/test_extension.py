@@ -130,3 +130,37 @@ def test_the_entropy_router_on_the_pareto_plot_beside_r2r(tmp_path: Path) -> Non
     points = pd.read_csv(package / "runs" / "report" / "pareto_arith.csv")
     series = set(points["series"])
     assert {"tokenrouter (entropy)", "tokenrouter (r2r)"} <= series, series
+
+
+def test_serve_takes_a_user_config_dir(tmp_path: Path) -> None:
+    """`serve --config-dir`: an algorithm config of the user's own (here a coin that always hands off) selected by
+    name beside the shipped ones; a config dir that is not there is one line."""
+    import json
+    import signal
+    import urllib.request
+
+    from tokenrouter.runtime.http_ready import ready_url
+
+    (tmp_path / "my_conf" / "algorithm").mkdir(parents=True)
+    (tmp_path / "my_conf" / "algorithm" / "always_large.yaml").write_text("name: bernoulli\nroute_prob: 1.0\n")
+    server = subprocess.Popen([sys.executable, "-m", "tokenrouter", "serve", "--config-dir", "my_conf",
+                               "models=sim-r2r", "algorithm=always_large", "server.port=0"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert server.stdout is not None
+        url, seen = None, []
+        while url is None:
+            line = server.stdout.readline()
+            assert line, "".join(seen)  # the server exited before its ready line
+            seen.append(line)
+            url = ready_url(line.strip())
+        request = urllib.request.Request(f"{url}/v1/completions", method="POST", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"model": "sim-r2r", "prompt": [5, 6, 7], "max_tokens": 4}).encode())
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            usage = json.loads(reply.read())["usage"]
+        assert usage["completion_tokens"] == 4 and usage["tokens_per_model"] == {"small": 0, "large": 4}
+    finally:
+        os.killpg(server.pid, signal.SIGINT)
+        server.wait(30)
+    done = tokenrouter(["serve", "--config-dir", "nope", "models=sim-r2r"], cwd=tmp_path)
+    assert done.returncode == 2 and "--config-dir nope: not a directory" in done.stderr
