@@ -39,8 +39,8 @@ def resolve_source(source: str) -> ResolvedSource:
     if source.startswith("tiny:"):
         try:
             from tokenrouter.models.pair import member_path
-        except ImportError:
-            raise UserError(f"{source}: the trained tiny pair is not available in this install") from None
+        except ImportError as exc:  # e.g. torch failing to load (its shared libraries) under memory pressure
+            raise UserError(f"{source}: the trained tiny pair cannot be loaded here: {exc}") from None
         return ResolvedSource(str(member_path(source.split(":", 1)[1])))
     path = Path(source).expanduser()
     if path.is_file():
