@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import warnings
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,3 +21,19 @@ def _torch_threads() -> None:
         torch.set_num_threads(1)
     except ImportError:  # pragma: no cover
         pass
+
+
+@pytest.fixture(autouse=True)
+def _sigint_disposition(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test leaves the worker's SIGINT handling as it found it: an ignored SIGINT is inherited by every
+    process a later test starts (a front end that would then ignore Ctrl-C). A change is put back and named
+    in the warnings summary."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        try:
+            signal.signal(signal.SIGINT, before)
+        except ValueError:  # not the main thread: say so, without restoring
+            pass
+        warnings.warn(f"{request.node.nodeid} left SIGINT handled by {after!r}; restored", stacklevel=1)

@@ -61,8 +61,11 @@ def test_killed_subserver_fails_in_flight_requests_within_5s_and_front_end_close
     asyncio.run(scenario())
 
 
+# The script restores Python's SIGINT handler as a foreground program has it: a non-interactive shell starts
+# background jobs with SIGINT ignored, and a test run started that way passes the disposition down to here.
 SCRIPT = textwrap.dedent("""
-    import asyncio, json, sys
+    import asyncio, json, signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
     from tokenrouter.generation import GenerationRequest
     from tokenrouter.runtime.frontend import TokenRouterFrontend
@@ -92,7 +95,12 @@ def test_signal_to_front_end_process_leaves_no_process_or_socket_file(tmp_path: 
         time.sleep(0.5)  # mid-run
         assert proc.poll() is None and Path(info["dir"]).is_dir()
         proc.send_signal(sig)
-        proc.wait(timeout=20)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            status = Path(f"/proc/{proc.pid}/status").read_text()
+            pytest.fail("no exit 20 s after the signal; " + " ".join(
+                ln for ln in status.splitlines() if ln.startswith(("SigBlk", "SigIgn", "SigCgt", "State"))))
     finally:
         if proc.poll() is None:
             proc.kill()
