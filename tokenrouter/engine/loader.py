@@ -39,8 +39,10 @@ def resolve_source(source: str) -> ResolvedSource:
     if source.startswith("tiny:"):
         try:
             from tokenrouter.models.pair import member_path
-        except ImportError as exc:  # e.g. torch failing to load (its shared libraries) under memory pressure
-            raise UserError(f"{source}: the trained tiny pair cannot be loaded here: {exc}") from None
+        except ImportError as exc:  # a dependency that fails to import: name it, and what made it fail
+            cause = exc.__cause__ or exc.__context__
+            raise UserError(f"{source}: the trained tiny pair cannot be loaded here: {exc}"
+                            + (f" ({type(cause).__name__}: {cause})" if cause else "")) from None
         return ResolvedSource(str(member_path(source.split(":", 1)[1])))
     path = Path(source).expanduser()
     if path.is_file():

@@ -9,7 +9,10 @@ from __future__ import annotations
 import string
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+
+# From its module, not `transformers`' lazy table: that table lists it only when its availability probe finds
+# `tokenizers` when transformers is first imported, which a CI run once saw fail with `tokenizers` imported.
+from transformers.tokenization_utils_tokenizers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
 DEFAULT_ALPHABET = string.ascii_letters + string.digits + string.punctuation + " \n"
