@@ -208,9 +208,9 @@ def committed_results_page() -> str:
         intro = intro.replace(f"| `{folder}/` |", f"| [`{folder}/`](../../results/{folder}/) |")
     parts = [HEADER, "# Committed results\n\n", intro, "\n"]
     demo = results / "demo"
-    summary = (demo / "demo.md").read_text().split("\n## ", 1)[0].split("\n", 1)[1].strip()
-    parts += ["\n## The laptop study (`make demo`)\n\n", (demo / "demo.md").read_text().split("\n", 1)[0].lstrip("# "),
-              "\n\n", summary, "\n\n", (demo / "table3.md").read_text().strip(), "\n\n",
+    title, summary = (demo / "demo.md").read_text().split("\n## ", 1)[0].split("\n", 1)
+    parts += ["\n## The laptop study (`make demo`)\n\n", title.lstrip("# "),
+              "\n\n", summary.strip(), "\n\n", (demo / "table3.md").read_text().strip(), "\n\n",
               "Accuracy against throughput: [pareto_arith.png](../../results/demo/pareto_arith.png); every run: "
               "[summary.md](../../results/demo/summary.md)",
               "; the runs each report left out: [left_out.md](../../results/demo/left_out.md)"

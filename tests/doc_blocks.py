@@ -32,6 +32,13 @@ def commands(body: str) -> list[str]:
     return [ln.strip() for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
+def first_shell_block(text: str) -> list[str]:
+    """The commands of the first ```sh block in `text`."""
+    found = [body for language, body in blocks(text) if language == "sh"]
+    assert found, "no ```sh block"
+    return commands(found[0])
+
+
 def user_env() -> dict[str, str]:
     """The environment of a user whose PATH starts with this venv's bin (its `tokenrouter`)."""
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -17,18 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import blocks, commands, run_page, section, user_env
+from tests.doc_blocks import first_shell_block, run_page, section, user_env
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def shell_block(path: Path, heading: str) -> list[str]:
-    """The lines of the first ```sh block under `heading` in a Markdown file."""
-    text = path.read_text()
-    section = text.split(f"\n## {heading}\n", 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert block, f"no ```sh block under '## {heading}' in {path}"
-    return [ln for ln in block.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
 
 
 def free_port() -> int:
@@ -38,8 +29,8 @@ def free_port() -> int:
 
 
 def test_readme_quickstart_runs(tmp_path: Path) -> None:
-    lines = shell_block(ROOT / "README.md", "Quickstart")
-    site_page = commands(blocks((ROOT / "docs" / "quickstart.md").read_text())[0][1])
+    lines = first_shell_block(section(ROOT / "README.md", "Quickstart"))
+    site_page = first_shell_block((ROOT / "docs" / "quickstart.md").read_text())
     assert site_page[0].startswith("python3 -m venv") and site_page[1:] == lines  # the site's page: the same lines
     port = str(free_port())
     env = user_env()
