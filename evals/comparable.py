@@ -87,7 +87,7 @@ def place(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     run with no matching setting keeps its own values."""
     runs = runs.reset_index(drop=True)
     systems = runs["system"] if "system" in runs else pd.Series(None, index=runs.index, dtype=object)
-    unread = {s: [k for k in keys if not reads(s, key_name(k))] for s in systems.dropna().unique()}
+    unread = unread_keys(runs, keys)
     partial = systems.map(lambda s: bool(unread.get(s)))
     full = runs[~partial]
     placed = [full.assign(_setting=setting_ids(full, keys))]
@@ -105,16 +105,20 @@ def place(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     return pd.concat(placed, ignore_index=True)
 
 
+def unread_keys(runs: pd.DataFrame, keys: Sequence[str]) -> dict[str, list[str]]:
+    """Per system among `runs`, which of `keys` it never reads (evals.systems.UNREAD_KEYS)."""
+    systems = runs["system"].dropna().unique() if "system" in runs else ()
+    return {s: [k for k in keys if not reads(s, key_name(k))] for s in systems}
+
+
 def without_unread(runs: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """`runs` with each run's value blanked at the keys its system does not read (a lock-step series is not
     split by runtime.max_wait_ms)."""
-    if "system" not in runs:
-        return runs
     runs = runs.copy()
-    for key in keys:
-        unread = runs["system"].map(lambda s, k=key: not reads(s, key_name(k))).astype(bool)
-        if unread.any():
-            runs[key] = runs[key].astype(object).where(~unread, None)
+    for system, skip in unread_keys(runs, keys).items():
+        if skip:
+            runs[skip] = runs[skip].astype(object)
+            runs.loc[runs["system"] == system, skip] = None
     return runs
 
 
