@@ -472,7 +472,7 @@ def write_hydra_files(cfg: Any, out: Path) -> None:
         atomic_write_text(out / ".hydra" / "overrides.yaml", OmegaConf.to_yaml(hydra.hydra.overrides.task))
 
 
-def run(cfg: Any) -> dict[str, Any] | None:
+def run(cfg: Any) -> Outcome:
     """Hydra task function: one run into Hydra's output dir (skipped in a sweep when already complete)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -486,39 +486,52 @@ def run(cfg: Any) -> dict[str, Any] | None:
     # another writer (e.g. a single run aimed at it, or a launcher's worker process)
     with locked_dir(out, "run directory"):
         # `Hydra.run` sets mode RUN; jobs of a sweep carry MULTIRUN (or None when launched through Hydra's API)
-        if hydra_cfg.mode != RunMode.RUN:
-            done = completed_summary(out, config, mode)
-            if done is not None:
-                log.info("skipping %s: it holds this point's results (%s)", out, SUMMARY_FILE)
-                return done
-        (out / SUMMARY_FILE).unlink(missing_ok=True)  # a stale summary must not outlive a failed rerun
+        single = hydra_cfg.mode == RunMode.RUN
+        done = completed_summary(out, config, mode, single=single)
+        if done is not None:
+            log.info("skipping %s: it holds this point's results (%s)", out, SUMMARY_FILE)
+            return Outcome(done, skipped=True)
+        (out / SUMMARY_FILE).unlink(missing_ok=True)  # a damaged summary must not outlive a failed rerun
         write_hydra_files(cfg, out)
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         summary = event_loop.run(run_system(cfg, out, config))
     log.info("%s: %.1f tok/s over %d requests -> %s", cfg.system.name, summary["throughput_tok_s"] or 0.0,
              summary["num_requests"], out)
-    return summary
+    return Outcome(summary, skipped=False)
 
 
-def completed_summary(out: Path, config: dict[str, Any], mode: str = "check") -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Outcome:
+    """What one job did: its summary, and whether it was a finished point kept from an earlier launch."""
+
+    summary: dict[str, Any]
+    skipped: bool
+
+
+def completed_summary(out: Path, config: dict[str, Any], mode: str = "check",
+                      single: bool = False) -> dict[str, Any] | None:
     """The summary of a completed point, or None when the point must (re)run: no summary.json, or one that
     does not validate (cut short by a crash, empty, foreign: reported and rerun rather than trusted). A valid
     summary of ANOTHER config is refused (UserError naming the differing keys) unless `mode` is "rerun",
-    which moves the point's files to .superseded/ first: results are never relabelled, never lost."""
+    which moves the point's files to .superseded/ first: results are never relabelled, never lost. A `single`
+    run (not a sweep point) measures again: its dir's results of the same config are moved aside first."""
     stored = run_record.read_summary(out)
     if stored.summary is None:
         if stored.exists:
             log.warning("%s: %s: rerunning this point", stored.path, stored.problem)
         return None
-    if stored.summary["config_hash"] == run_record.config_hash(config):
+    same = stored.summary["config_hash"] == run_record.config_hash(config)
+    if same and not single:
         return stored.summary
-    if mode == "rerun":
+    if same or mode == "rerun":
         kept = supersede(out, stored.summary["config_hash"])
-        log.warning("%s held results of another config: moved to %s, rerunning this point", out, kept)
+        whose = "this config" if same else "another config"
+        log.warning("%s held results of %s: moved to %s, running it again", out, whose, kept)
         return None
     differences = run_record.config_differences(stored.summary["config"], config) or "values differ in type"
+    where = "hydra.run.dir" if single else "hydra.sweep.dir"
     raise UserError(f"{out} holds results of another config ({differences}); pass resume=rerun to move them to "
-                    f"{out / SUPERSEDED_DIR} and rerun, or use another hydra.sweep.dir")
+                    f"{out / SUPERSEDED_DIR} and rerun, or use another {where}")
 
 
 def supersede(out: Path, old_hash: str) -> Path:

@@ -193,6 +193,8 @@ def compare_systems(runs: pd.DataFrame, subject: str, rivals: Sequence[str], rep
     differ from the nearest configuration the other side ran."""
     systems = (subject, *rivals)
     runs = runs[runs["system"].isin(systems)]
+    if runs.empty:  # e.g. single-model runs only: nothing to compare
+        return []
     keys = config_keys(runs, without=("system.",))
     runs = place(runs, keys)
     ids = runs["_setting"]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +76,80 @@ def validate(summary: Any) -> str | None:
         return f"num_requests is {summary['num_requests']}"
     if config_hash(summary["config"]) != summary["config_hash"]:
         return "its config does not match its config_hash (edited or damaged)"
+    return _labels_problem(summary) or _fields_problem(summary)
+
+
+def _config_labels(config: dict[str, Any]) -> dict[str, Any]:
+    """The summary's labels as its (hashed) config says they must be."""
+    def node(key: str) -> dict[str, Any]:
+        value = config.get(key)
+        return value if isinstance(value, dict) else {}
+
+    return {"system": node("system").get("name"), "model_set": node("models").get("name"),
+            "algorithm": config.get("algorithm"), "experiment": config.get("experiment_name"),
+            "arrival": config.get("arrival", "closed_loop")}
+
+
+def _labels_problem(summary: dict[str, Any]) -> str | None:
+    """A label that reports group by must be the one the hashed config gives (the config is what was run)."""
+    for key, expected in _config_labels(summary["config"]).items():
+        if key in summary and summary[key] != expected:
+            return f"{key!r} is {_show(summary[key])} but its config says {_show(expected)}"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _share(value: Any) -> bool:
+    return value is None or (_is_number(value) and 0 <= value <= 1)
+
+
+def _thresholds(value: Any) -> bool:
+    return value is None or isinstance(value, str) or (
+        isinstance(value, list) and all(_count(v) or v is None or isinstance(v, list) for v in value))
+
+
+# summary fields a report or results.csv reads, with what each must be when present (None: missing value)
+FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "concurrency": (lambda v: _count(v) and v >= 1, "an integer >= 1"),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "request_rate": (lambda v: v is None or (_is_number(v) and v > 0), "a number > 0 or null"),
+    "delayed_batching": (lambda v: isinstance(v, bool), "true or false"),
+    "workload": (lambda v: isinstance(v, str), "text"),
+    "tp": (lambda v: isinstance(v, str), "text"),
+    "sweeper": (lambda v: v is None or isinstance(v, str), "text or null"),
+    "thresholds": (_thresholds, "a list of integers, text or null"),
+    "thresholds_spec": (_thresholds, "a list of integers, text or null"),
+    "model_names": (lambda v: all(isinstance(n, str) for n in v), "a list of model names"),
+    "tokens_per_model": (lambda v: isinstance(v, dict) and all(_count(c) for c in v.values()),
+                         "a mapping of model name to token count"),
+    "token_share": (lambda v: isinstance(v, dict) and all(map(_share, v.values())),
+                    "a mapping of model name to a share in [0, 1]"),
+    "accuracy": (_share, "a share in [0, 1] or null"),
+    "large_token_share": (_share, "a share in [0, 1] or null"),
+    "errors": (_count, "a count"),
+    "output_tokens": (_count, "a count"),
+    "prompt_tokens": (_count, "a count"),
+}
+# every other top-level scalar named like a measurement: a finite number >= 0, or null
+MEASURED_SUFFIXES = ("_s", "_ms", "_tok_s", "_throughput", "_per_request")
+
+
+def _fields_problem(summary: dict[str, Any]) -> str | None:
+    for key, value in summary.items():
+        if key in FIELDS:
+            ok, what = FIELDS[key]
+            if not ok(value):
+                return f"{key!r} is {_show(value)}, expected {what}"
+        elif key.endswith(MEASURED_SUFFIXES) and not isinstance(value, dict | list) \
+                and not (value is None or (_is_number(value) and value >= 0)):
+            return f"{key!r} is {_show(value)}, expected a number >= 0 or null"
     return None
 
 

@@ -94,3 +94,28 @@ def test_truncated_model_weights_are_one_line(command: str, tmp_path: Path) -> N
                                 "workload=arith"], tmp_path)
     line = _one_line_exit_2(done, command)
     assert f"model weights {weights} are not a readable safetensors file" in line and took < FAST_S, (line, took)
+
+
+# A key nothing reads is refused, with the nearest known key, whether typed as Hydra would refuse it or as its
+# own advice (`+key=`) would let it through; both commands answer alike.
+@pytest.mark.parametrize(("command", "override", "expected"), [
+    ("bench", "+concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
+    ("bench", "concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
+    ("bench", "+server.prot=1", "unknown config key 'server.prot' (did you mean 'server.port'?)"),
+    ("serve", "+concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
+    ("serve", "runtime.max_wiat_ms=3", "unknown config key 'runtime.max_wiat_ms' (did you mean 'runtime.max_wait_ms'?)"),
+])
+def test_unknown_key_is_one_line(command: str, override: str, expected: str, tmp_path: Path) -> None:
+    done, took = _cli(command, ["models=sim-r2r", override], tmp_path)
+    assert expected in _one_line_exit_2(done, command) and took < FAST_S
+
+
+def test_added_keys_that_are_read_pass() -> None:
+    from omegaconf import OmegaConf
+
+    from tokenrouter.cli.config_keys import check_added_keys
+
+    cfg = OmegaConf.create({"concurrency": 4, "workload": {"name": "synthetic"}, "sampling": {"temperature": 0.5}})
+    groups = {"experiment"}.__contains__
+    check_added_keys(["+experiment=table3", "+sampling.temperature=0.5", "+system.model=small",
+                      "+hydra.job.env_set.X=1", "+workload.my_key=1"], cfg, groups)

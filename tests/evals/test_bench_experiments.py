@@ -66,7 +66,7 @@ def test_experiment_sweep_dir_and_collection(name: str, tmp_path: Path, monkeypa
             assert sweep == tmp_path / "multirun" / experiment
         else:  # demo: `tokenrouter demo` passes its own sweep dir; plain bench falls back to Hydra's dated one
             assert sweep.is_relative_to(tmp_path / "multirun")
-        returns = launch(hydra, overrides, True, _dry_run)
+        returns, _ = launch(hydra, overrides, True, _dry_run)
     finally:
         GlobalHydra.instance().clear()
     jobs = [Path(r.hydra_cfg.hydra.runtime.output_dir) for batch in returns for r in batch]

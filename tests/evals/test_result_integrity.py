@@ -87,9 +87,8 @@ def test_changed_config_is_refused_then_rerun_supersedes(tmp_path: Path, capsys:
     lines = [ln for ln in err_lines(capsys) if "holds results of another config" in ln]
     assert len(lines) == 2 and all("workload.output_tokens: 12 -> 24" in ln and "resume=rerun" in ln for ln in lines)
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*/summary.json")} == mtimes  # nothing touched
-    table = pd.read_csv(tmp_path / "results.csv")
-    assert list(table["cfg.workload.output_tokens"]) == [12, 12]  # labelled by what ran, not by the request
-    assert list(table["mean_output_tokens"]) == [12, 12]
+    table = pd.read_csv(tmp_path / "results.csv")  # the requested points failed; old results are not theirs
+    assert list(table["status"]) == ["failed", "failed"] and table["mean_output_tokens"].isna().all()
 
     assert bench_main("-m", *sweep, "workload.output_tokens=24", "resume=rerun") == 0
     table = pd.read_csv(tmp_path / "results.csv")
@@ -140,8 +139,36 @@ def test_point_held_by_another_run_keeps_its_config(tmp_path: Path, capsys: pyte
     # the sweep again, the single run done: its results are refused, never relabelled with the sweep's settings
     assert bench_main("-m", *SMALL, "concurrency=2", f"hydra.sweep.dir={tmp_path}") == 2
     assert any("concurrency: 1 -> 2" in ln for ln in err_lines(capsys))
-    table = pd.read_csv(tmp_path / "results.csv")
-    assert list(table["concurrency"]) == [1] and list(table["cfg.concurrency"]) == [1]
+    table = pd.read_csv(tmp_path / "results.csv")  # the requested point failed: its row says so, not the old run
+    assert list(table["status"]) == ["failed"] and "concurrency: 1 -> 2" in table["error"][0]
+
+
+def test_single_run_into_a_finished_point_keeps_its_results(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # the issue's repro: a sweep, then a single run of another value aimed at one of its points
+    assert bench_main("-m", *SMALL, "algorithm.route_prob=0.2,0.5", f"hydra.sweep.dir={tmp_path}") == 0
+    before = (tmp_path / "1" / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert bench_main(*SMALL, "algorithm.route_prob=0.9", f"hydra.run.dir={tmp_path / '1'}") == 2
+    lines = err_lines(capsys)
+    assert len(lines) == 1 and "algorithm.route_prob: 0.5 -> 0.9" in lines[0] and "hydra.run.dir" in lines[0]
+    assert (tmp_path / "1" / "summary.json").read_bytes() == before  # untouched
+    # resume=rerun moves them aside; the same config again measures again, the earlier results kept too
+    assert bench_main(*SMALL, "algorithm.route_prob=0.9", "resume=rerun", f"hydra.run.dir={tmp_path / '1'}") == 0
+    assert bench_main(*SMALL, "algorithm.route_prob=0.9", f"hydra.run.dir={tmp_path / '1'}") == 0
+    kept = sorted(tmp_path.glob("1/.superseded/*/summary.json"))
+    assert [json.loads(p.read_text())["config"]["algorithm"]["route_prob"] for p in kept] == [0.5, 0.9]
+
+
+def test_results_csv_has_a_row_and_a_status_per_point(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert bench_main("-m", *SMALL, "concurrency=1,2", f"hydra.sweep.dir={tmp_path}") == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("2 ok, 0 skipped (finished earlier), 0 failed")
+    # point 1 holds concurrency 2's results; the sweep now asks it for 3: refused, so it fails this time
+    assert bench_main("-m", *SMALL, "concurrency=1,3", f"hydra.sweep.dir={tmp_path}") == 2
+    assert capsys.readouterr().out.splitlines()[-1].startswith("0 ok, 1 skipped (finished earlier), 1 failed")
+    table = pd.read_csv(tmp_path / "results.csv").set_index("run_dir")
+    assert table.loc[str(tmp_path / "0"), "status"] == "ok"
+    assert table.loc[str(tmp_path / "1"), "status"] == "failed"
+    assert "concurrency: 2 -> 3" in table.loc[str(tmp_path / "1"), "error"]
 
 
 # -- 4. damaged summaries: skipped by reports with one warning each, rerun by a sweep ---------------------------
@@ -165,6 +192,42 @@ def test_report_skips_damaged_summaries(tmp_path: Path, capsys: pytest.CaptureFi
     assert list(pd.read_csv(out / "runs.csv")["concurrency"]) == [5]
     assert bench_main("-m", *SMALL, "concurrency=1,2,3,4,5", f"hydra.sweep.dir={sweep}") == 0  # rerun, not done
     assert sorted(pd.read_csv(sweep / "results.csv")["concurrency"]) == [1, 2, 3, 4, 5]
+
+
+def _edit_summary(path: Path, **fields: object) -> None:
+    """Change summary fields the config hash does not cover (the config record itself stays consistent)."""
+    data = json.loads(path.read_text())
+    data.update(fields)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(("fields", "problem"), [
+    ({"concurrency": "four"}, "'concurrency' is \"four\", expected an integer >= 1"),
+    ({"system": 7}, "'system' is 7 but its config says \"lockstep\""),
+    ({"throughput_tok_s": -1.0}, "'throughput_tok_s' is -1.0"),
+    ({"token_share": {"small": 3}}, "'token_share'"),
+])
+def test_a_bad_summary_field_damages_that_run_only(fields: dict, problem: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    sweep = tmp_path / "sweep"
+    assert bench_main("-m", *SMALL, "concurrency=1,2", f"hydra.sweep.dir={sweep}") == 0
+    _edit_summary(sweep / "0" / "summary.json", **fields)
+    capsys.readouterr()
+    assert main(["report", str(sweep), "--out", str(tmp_path / "report")]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning: skipping")]
+    assert len(warnings) == 1 and str(sweep / "0" / "summary.json") in warnings[0] and problem in warnings[0]
+    assert list(pd.read_csv(tmp_path / "report" / "runs.csv")["concurrency"]) == [2]
+    assert bench_main("-m", *SMALL, "concurrency=1,2", f"hydra.sweep.dir={sweep}") == 0  # rerun, then collected
+    assert sorted(pd.read_csv(sweep / "results.csv")["concurrency"]) == [1, 2]
+
+
+def test_report_on_single_model_runs_only(tmp_path: Path) -> None:
+    assert bench_main("-m", *SIM, "system=single", "+system.model=small,large", "workload.num_requests=2",
+                      "workload.output_tokens=4", f"hydra.sweep.dir={tmp_path / 'single'}") == 0
+    assert main(["report", str(tmp_path / "single"), "--out", str(tmp_path / "report")]) == 0
+    assert sorted(pd.read_csv(tmp_path / "report" / "runs.csv")["system_model"]) == ["large", "small"]
 
 
 def test_summary_validation_names_the_problem() -> None:
@@ -239,6 +302,38 @@ def test_read_only_single_run_dir_is_one_line(tmp_path: Path, mounts: list[Path]
     capsys.readouterr()
     assert bench_main(*SMALL, f"hydra.run.dir={tmp_path / 'ro'}") == 1
     lines = err_lines(capsys)
+    assert len(lines) == 1 and str(tmp_path / "ro") in lines[0] and "(EROFS)" in lines[0], lines
+
+
+def test_results_table_on_a_full_disk_is_one_line_and_written_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture) -> None:
+    from tokenrouter.cli import bench as bench_cli
+
+    real = bench_cli.atomic_write_text
+
+    def full(path: Path, text: str) -> None:
+        raise StorageError(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    monkeypatch.setattr(bench_cli, "atomic_write_text", full)
+    capsys.readouterr()
+    assert bench_main("-m", *SMALL, "concurrency=1,2", f"hydra.sweep.dir={tmp_path}") == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and not (tmp_path / "results.csv").exists()
+    lines = [ln for ln in captured.err.splitlines() if ln.startswith("tokenrouter bench:")]
+    assert len(lines) == 1 and "2 ok" in lines[0] and "results.csv" in lines[0] and "(ENOSPC)" in lines[0]
+    assert str(tmp_path / "1") in captured.out  # each point's line is printed all the same
+    monkeypatch.setattr(bench_cli, "atomic_write_text", real)  # space again: the same command writes the table
+    assert bench_main("-m", *SMALL, "concurrency=1,2", f"hydra.sweep.dir={tmp_path}") == 0
+    assert sorted(pd.read_csv(tmp_path / "results.csv")["concurrency"]) == [1, 2]
+
+
+def test_report_into_a_read_only_dir_is_one_line(tmp_path: Path, mounts: list[Path],
+                                                 capsys: pytest.CaptureFixture) -> None:
+    assert bench_main(*SMALL, f"hydra.run.dir={tmp_path / 'run'}") == 0
+    mount_tmpfs(mounts, tmp_path / "ro", "1m", read_only=True)
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "ro" / "report")]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and str(tmp_path / "ro") in lines[0] and "(EROFS)" in lines[0], lines
 
 

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hydra.core.utils import JobStatus
+
 from evals.provenance import COMMAND_ENV
 from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.cli.config_keys import check_added_keys, explain_missing_key
 from tokenrouter.cli.hydra_config import conf_dir, with_config_dirs
 from tokenrouter.cli.launchers import (
     OPTUNA_SWEEPER,
@@ -115,10 +118,10 @@ def _task(cfg: Any) -> Any:
 
     register_resolvers()  # a launcher's worker process composes nothing itself
     try:
-        summary = run_one(cfg)
+        outcome = run_one(cfg)
         if cfg.get("objective") is None:
-            return summary
-        return objective_values(summary, objective_names(cfg.objective))  # what a sweeper optimises
+            return JobDone(HydraConfig.get().runtime.output_dir, outcome.summary, outcome.skipped)
+        return objective_values(outcome.summary, objective_names(cfg.objective))  # what a sweeper optimises
     except (UserError, RunFailed, StorageError) as exc:
         if HydraConfig.get().sweeper.get("_target_") == OPTUNA_SWEEPER:
             raise  # Optuna reads a raised error as a failed trial (a JobFailure would be "not a float") and
@@ -126,16 +129,34 @@ def _task(cfg: Any) -> Any:
         return JobFailure(HydraConfig.get().runtime.output_dir, str(exc), isinstance(exc, UserError))
 
 
-def _failures(returns: Any) -> list[JobFailure]:
-    """JobFailures among Hydra's job returns (one JobReturn for a run, batches of them for a sweep; None from
-    a sweeper that keeps them, e.g. Optuna, which logs its failed trials and raises past max_failure_rate)."""
+@dataclass
+class JobDone:
+    """What a finished run returns: its summary, and whether it was kept from an earlier launch (skipped)."""
+
+    run_dir: str
+    summary: dict[str, Any]
+    skipped: bool
+
+
+def _returned(returns: Any) -> list[Any]:
+    """The task's return values among Hydra's job returns (one JobReturn for a run, batches of them for a
+    sweep; None from a sweeper that keeps them, e.g. Optuna, which logs its failed trials and raises past
+    max_failure_rate). A job whose process raised has no return value."""
     if returns is None:
         return []
     items = returns if isinstance(returns, list) else [[returns]]
-    return [r.return_value for batch in items for r in batch if isinstance(r.return_value, JobFailure)]
+    return [r.return_value for batch in items for r in batch if r.status == JobStatus.COMPLETED]
 
 
-SHOWN = ("system", "algorithm", "models", "concurrency", "request_rate", "throughput_tok_s",
+def _failures(returns: Any) -> list[JobFailure]:
+    return [r for r in _returned(returns) if isinstance(r, JobFailure)]
+
+
+def _skipped(returns: Any) -> list[str]:
+    return [r.run_dir for r in _returned(returns) if isinstance(r, JobDone) and r.skipped]
+
+
+SHOWN = ("status", "system", "algorithm", "models", "concurrency", "request_rate", "throughput_tok_s",
          "predicted_throughput_tok_s", "accuracy", "mean_latency_s", "run_dir")
 
 
@@ -162,14 +183,15 @@ def _pin(key: str, value: str | Path) -> str:
 
 
 def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any], Any],
-           command: list[str] | None = None) -> Any:
-    """Run the job (or sweep, then collect it) holding its output dir for the whole time, and pinned to the
+           command: list[str] | None = None) -> tuple[Any, bool]:
+    """Run the job (or sweep, then collect it; returns Hydra's returns and whether the sweep's table was written) holding its output dir for the whole time, and pinned to the
     dir that was locked (a `${now:...}` default would otherwise resolve again, maybe to another second).
     Results are collected from the run dirs on disk, not from the launcher's returns: the same table whatever
     order runs finished in, on whichever hosts, and also for sweepers that return nothing (Optuna).
     `command` goes to every job's environment (Hydra's hydra.job.env_set travels with the job to any
     launcher's worker), so summary.json's provenance names the user's command, not the worker's."""
     cfg = _compose(hydra, overrides, multirun)
+    check_added_keys(overrides, cfg, hydra.config_loader.repository.group_exists)
     check(cfg)
     directory = _output_dir(cfg, multirun)
     with locked_dir(directory, "sweep directory" if multirun else "run directory"):
@@ -177,38 +199,50 @@ def launch(hydra: Any, overrides: list[str], multirun: bool, task: Callable[[Any
         if command is not None:
             pinned.append(_pin(f"+hydra.job.env_set.{COMMAND_ENV}", json.dumps(command)))
         if not multirun:
-            return hydra.run(config_name="config", task_function=task, overrides=pinned)
+            return hydra.run(config_name="config", task_function=task, overrides=pinned), True
         returns = hydra.multirun(config_name="config", task_function=task, overrides=pinned)
+        written = True
         if returns is None or (returns and returns[0]):
-            collect(directory, _failures(returns))
-        return returns
+            written = collect(directory, _failures(returns), _skipped(returns))
+        return returns, written
 
 
-def collect(sweep_dir: Path, failures: list[JobFailure] | None = None) -> None:
-    """The sweep's runs as one table: results.csv in the sweep dir, and the main columns printed. Points that
-    failed this time and hold no result are rows too (status "failed", with the error), so the table says
-    what is missing and why; every other row is labelled from its own summary's config record."""
+def collect(sweep_dir: Path, failures: list[JobFailure] | None = None, skipped: list[str] | None = None) -> bool:
+    """The sweep's runs as one table: results.csv in the sweep dir, and the main columns printed. A point that
+    failed this time is a row of its own (status "failed", with the error) in place of whatever its dir still
+    holds (results of another config that were refused, or that could not be moved aside), so the table says
+    what is missing and why; every other row is labelled from its own summary's config record. The last line
+    counts the points: ok (run now), skipped (finished earlier, kept) and failed. A table that cannot be
+    written (disk full) is one line; rerunning the command writes it, every finished point being skipped."""
     import pandas as pd
 
     from evals.store import load_results
 
+    errors = {str(Path(f.run_dir).resolve()): f.message for f in failures or []}
     try:
         table = load_results([sweep_dir])
+        table = table[~table["run_dir"].isin(errors)]
     except UserError as exc:  # no run finished
         if not failures:
             print(f"tokenrouter bench: no results to collect in {sweep_dir}: {exc}", file=sys.stderr)
-            return
+            return True
         table = pd.DataFrame({"run_dir": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
-    have = {str(Path(d).resolve()) for d in table["run_dir"]}
-    errors = {str(Path(f.run_dir).resolve()): f.message for f in failures or []}
-    failed = [{"run_dir": d, "status": "failed", "error": m} for d, m in errors.items() if d not in have]
+    failed = [{"run_dir": d, "status": "failed", "error": m} for d, m in errors.items()]
     if failed:
         table = pd.concat([table, pd.DataFrame(failed)], ignore_index=True)
-    atomic_write_text(sweep_dir / "results.csv", table.to_csv(index=False))
     shown = table[[c for c in SHOWN if c in table.columns]].dropna(axis=1, how="all")  # e.g. no request_rate
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
-    print(f"{len(table) - len(failed)} runs{f', {len(failed)} failed' if failed else ''} -> "
-          f"{sweep_dir / 'results.csv'}")
+    kept = {str(Path(d).resolve()) for d in skipped or []} - set(errors)
+    ok = len(table) - len(failed)
+    counts = f"{ok - len(kept)} ok, {len(kept)} skipped (finished earlier), {len(failed)} failed"
+    try:
+        atomic_write_text(sweep_dir / "results.csv", table.to_csv(index=False))
+    except StorageError as exc:
+        print(f"tokenrouter bench: {counts}; results table not written: {exc} (rerun the same command once "
+              "there is space: finished points are kept and the table is written then)", file=sys.stderr)
+        return False
+    print(f"{counts} -> {sweep_dir / 'results.csv'}")
+    return True
 
 
 def run(argv: list[str]) -> int:
@@ -232,9 +266,11 @@ def run(argv: list[str]) -> int:
             hydra.show_cfg(config_name="config", overrides=args.overrides, cfg_type=args.cfg, package=None,
                            resolve=args.resolve)
             return 0
-        returns = launch(hydra, args.overrides, args.multirun, _task, ["tokenrouter", "bench", *argv])
+        returns, table_written = launch(hydra, args.overrides, args.multirun, _task,
+                                        ["tokenrouter", "bench", *argv])
     except (HydraException, OmegaConfBaseException) as exc:
-        raise UserError(_one_line(exc)) from None
+        compose = lambda rest: _compose(hydra, rest, args.multirun)  # noqa: E731
+        raise UserError(explain_missing_key(_one_line(exc), args.overrides, compose)) from None
     except RunFailed as exc:  # a failed Optuna trial, past the sweeper's max_failure_rate
         print(f"tokenrouter bench: run failed: {exc}", file=sys.stderr)
         return 1
@@ -251,4 +287,4 @@ def run(argv: list[str]) -> int:
         print(f"tokenrouter bench: run failed ({f.run_dir}): {f.message}", file=sys.stderr)
     if failures:
         return 2 if all(f.bad_input for f in failures) else 1
-    return 0
+    return 0 if table_written else 1

@@ -107,7 +107,8 @@ class SweepProgress(Callback):
             return
         took = time.perf_counter() - start
         plan.durations.append(took)
-        summary = job_return.return_value if job_return.status == JobStatus.COMPLETED else None
+        done = job_return.return_value if job_return.status == JobStatus.COMPLETED else None
+        summary = getattr(done, "summary", None)
         if isinstance(summary, dict):
             acc = summary.get("accuracy")
             acc_text = f"accuracy {acc:.0%}, " if isinstance(acc, float) else ""

@@ -26,15 +26,27 @@ def compose(overrides: list[str], config_dir: Path | None = None, config_name: s
     """The composed config (an OmegaConf DictConfig); Hydra's errors become one UserError line."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
+
+    from tokenrouter.cli.config_keys import check_added_keys, explain_missing_key
 
     directory = (config_dir or conf_dir()).resolve()
     if not directory.is_dir():
         raise UserError(f"config directory not found: {directory}")
+    def composed(given: list[str]) -> Any:
+        return hydra_compose(config_name=config_name, overrides=given)
+
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
-            return hydra_compose(config_name=config_name, overrides=list(overrides))
+            try:
+                cfg = composed(list(overrides))
+            except (HydraException, OmegaConfBaseException) as exc:
+                raise UserError(f"config: {explain_missing_key(first_line(exc), list(overrides), composed)}") from None
+            repository = GlobalHydra.instance().config_loader().repository
+            check_added_keys(overrides, cfg, repository.group_exists)
+            return cfg
     except (HydraException, OmegaConfBaseException) as exc:
         raise UserError(f"config: {first_line(exc)}") from None
 

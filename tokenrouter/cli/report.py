@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenrouter.cli.args import ArgumentParser
-from tokenrouter.errors import UserError
+from tokenrouter.errors import StorageError, UserError
 
 HELP = "tables and plots (Table 3, Pareto, threshold validation, ablation, ...) from run dirs"
 
@@ -35,7 +35,11 @@ def run(argv: list[str]) -> int:
     from evals.store import load_results
 
     df = load_results(args.run_dirs)
-    written = write_reports(df, Path(args.out or "report"))
+    out = Path(args.out or "report")
+    try:
+        written = write_reports(df, out)
+    except OSError as exc:  # read-only, no permission, disk full: one line naming the path
+        raise StorageError(exc.filename or out, exc) from None
     print(f"{len(df)} runs from {len(args.run_dirs)} path(s); wrote {len(written)} files:")
     for path in written:
         print(f"  {path}")

@@ -1,0 +1,101 @@
+"""Config keys nothing reads, refused in one line with a "did you mean" (`bench` and `serve` alike).
+
+Hydra refuses `concurency=4` (no such key) and advises `+concurency=4`, which it then accepts: the run goes on
+at the default concurrency without a word. Keys under `runtime`, `sampling`, `slo`, `algorithm` and `system`
+are checked where they are read; this module covers the rest: top-level keys, `server.*` and the model set's
+own keys (a fixed schema: refused), and `workload.*` (a loader of the user's own may read a key its config
+lacks: warned). Hydra's advice itself is replaced by the same answer.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from tokenrouter.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# top-level keys some part of tokenrouter reads, beyond those conf/config.yaml sets: optional ones, and those
+# experiment configs set for their own interpolations or labels
+OPTIONAL_TOP_LEVEL = ("sampling", "experiment_name", "ablation_variant", "variant", "point", "demo")
+CHECKED_WHERE_READ = ("runtime", "sampling", "slo", "algorithm", "system", "hydra")
+MODEL_SET_KEYS = ("name", "members", "engine", "mem_fraction", "routers", "description")
+
+
+def check_added_keys(overrides: Iterable[str], cfg: Any, is_group: Callable[[str], bool]) -> None:
+    """Refuse (UserError) a `+key=value` / `++key=value` override that adds a key nothing reads; warn for an
+    added `workload.*` key. `cfg` is the composed config, `is_group(name)` says whether a name is a config
+    group (`+experiment=table3` selects a config, it adds no key)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    added = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if o.is_add() or o.is_force_add()]
+    # a top-level key a `+` adds was not in the composed config before it (Hydra refuses `+seed=1`)
+    known_top = set(OPTIONAL_TOP_LEVEL) | ({str(k) for k in cfg} - {o.key_or_group for o in added} - {"hydra"})
+    for override in added:
+        key = override.key_or_group
+        parts = key.split(".")
+        if is_group(key.replace(".", "/")) or parts[0] in CHECKED_WHERE_READ:
+            continue
+        if len(parts) == 1 and key not in OPTIONAL_TOP_LEVEL:
+            raise UserError(unknown_key(key, sorted(known_top)))
+        if parts[0] == "server" and len(parts) > 1:
+            raise UserError(unknown_key(key, [f"server.{k}" for k in _keys(cfg, "server", key)]))
+        if parts[0] == "models" and len(parts) == 2 and parts[1] not in MODEL_SET_KEYS:
+            raise UserError(unknown_key(key, [f"models.{k}" for k in MODEL_SET_KEYS]))
+        if parts[0] == "workload" and len(parts) > 1:
+            log.warning("+%s: workload %s's config has no such key; only a loader of your own reads it",
+                        key, _name(cfg, "workload"))
+
+
+def unknown_key(key: str, known: Iterable[str]) -> str:
+    """`unknown config key 'concurency' (did you mean 'concurrency'?)`."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown config key {key!r}{hint}; nothing reads it (`tokenrouter bench --cfg job` lists the keys)"
+
+
+HYDRA_MISSING_KEY = re.compile(r"Could not override '([^']+)'")
+
+
+def explain_missing_key(message: str, overrides: list[str], compose: Callable[[list[str]], Any]) -> str:
+    """Hydra's "Could not override 'X'. To append to your config use +X=..." as our answer (the key is
+    unknown, with the nearest known key of the config composed without it), since following Hydra's advice
+    would run with the key ignored."""
+    from omegaconf import OmegaConf
+
+    match = HYDRA_MISSING_KEY.search(message)
+    if match is None:
+        return message
+    key = match.group(1)
+    rest = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != key]
+    try:
+        known = _dotted_keys(OmegaConf.to_container(compose(rest), resolve=False))
+    except Exception:  # noqa: BLE001 - another override is bad too: no suggestion, the key is still unknown
+        known = []
+    return unknown_key(key, known)
+
+
+def _keys(cfg: Any, node: str, added: str) -> list[str]:
+    value = cfg.get(node)
+    return [str(k) for k in value if f"{node}.{k}" != added] if hasattr(value, "keys") else []
+
+
+def _name(cfg: Any, node: str) -> str:
+    value = cfg.get(node)
+    return str(value.get("name")) if hasattr(value, "get") else node
+
+
+def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
+    """Every key of a config as plain data, as `a.b.c` (lists not entered; Hydra's own node left out)."""
+    out = []
+    for key, value in data.items():
+        if key == "hydra":
+            continue
+        out.append(f"{prefix}{key}")
+        if isinstance(value, dict):
+            out += _dotted_keys(value, f"{prefix}{key}.")
+    return out
