@@ -30,6 +30,12 @@ if TYPE_CHECKING:  # torch only for annotations: sim-engine subservers start wit
     import torch
 
 
+class AlgorithmFailure(UserError):
+    """A routing algorithm's call failed a request (it raised, returned what the runtime cannot use, or ran past
+    its time budget). One request failed and the system goes on, as with any UserError of a request (a bench run
+    counts it and continues), but it is the server's fault, never the client's: HTTP 500, not 400."""
+
+
 @dataclass
 class RouterRequest:
     """One model's local view of a request. Every subserver holds its own copy, kept in sync by messages."""

@@ -164,14 +164,21 @@ class RuntimeConfig:
     spin_us: float = 0.0
     # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
     startup_timeout_s: float = 600.0
+    # one route() call may take this long (a step's decisions take microseconds to milliseconds); past it, the
+    # call is interrupted and its requests fail with a routing-algorithm error (0: no bound)
+    route_timeout_s: float = 1.0
+    # a request handed off this many times in a row without a committed token fails (an algorithm's hand-off loop)
+    max_handoffs_per_token: int = 100
     # record every batch and request on one time axis (tokenrouter/trace): the bench writes trace.json into the
     # run dir, `serve` writes it to trace_file at shutdown; each model keeps at most trace_max_batches batches
+    # (~250 bytes per batch row at the peak, writing trace.json: 2 models at the default, 32 rows a batch ~300 MiB)
     trace: bool = False
-    trace_max_batches: int = 100_000
+    trace_max_batches: int = 20_000
     trace_file: str = "trace.json"
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_size", "max_step_tokens", "auto_max_concurrency", "trace_max_batches"):
+        for name in ("max_batch_size", "max_step_tokens", "auto_max_concurrency", "trace_max_batches",
+                     "max_handoffs_per_token"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"runtime.{name} must be an integer >= 1, got {value!r}")
@@ -184,6 +191,10 @@ class RuntimeConfig:
                 raise UserError(f"runtime.{name} must be a number > 0, got {value!r}")
         if isinstance(self.spin_us, bool) or not isinstance(self.spin_us, int | float) or not self.spin_us >= 0:
             raise UserError(f"runtime.spin_us must be a number >= 0, got {self.spin_us!r}")
+        budget = self.route_timeout_s
+        if isinstance(budget, bool) or not isinstance(budget, int | float) or not 0 <= budget <= 1e6:
+            raise UserError(f"runtime.route_timeout_s must be a number of seconds in [0, 1e6] (0: no bound), "
+                            f"got {budget!r}")
         if not isinstance(self.trace, bool):
             raise UserError(f"runtime.trace must be true or false, got {self.trace!r}")
         if not isinstance(self.trace_file, str) or not self.trace_file:
@@ -221,6 +232,12 @@ def model_specs(models_cfg: Any) -> list[ModelSpec]:
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
         raise UserError(f"models: names must be unique, got {names}")
+    engine = models_cfg.get("engine")
+    other = [s.name for s in specs if engine is not None and s.engine != engine]
+    if other:  # a set whose members name their own engines: the override would be silently ignored
+        raise UserError(f"models.engine={engine}: model set {models_cfg.get('name')!r} sets each member's engine "
+                        f"itself ({', '.join(f'{s.name}: {s.engine}' for s in specs)}); override "
+                        f"models.members.N.engine instead")
     return specs
 
 

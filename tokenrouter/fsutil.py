@@ -16,7 +16,7 @@ import errno
 import fcntl
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenrouter.errors import StorageError, UserError
@@ -28,13 +28,19 @@ _held: set[Path] = set()  # directories this process holds: a nested lock on one
 def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> None:
     """Replace `path` with `text` atomically: temp file in the same dir, fsync, os.replace, fsync the dir.
     An OSError of the storage -> StorageError naming `path` (the old file, if any, is left as it was)."""
-    path = Path(path)
     data = text.encode(encoding)  # an encoding error is a bug in the caller: raised before any file exists
+    atomic_write_chunks(path, [data])
+
+
+def atomic_write_chunks(path: str | Path, chunks: Iterable[bytes]) -> None:
+    """atomic_write_text for a file written piece by piece, never whole in memory (a trace of a long serve)."""
+    path = Path(path)
     tmp = None
     try:
         fd, tmp = _create_temp(path)
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            for chunk in chunks:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

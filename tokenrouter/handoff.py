@@ -59,13 +59,31 @@ class Outgoing(msgspec.Struct):
     first: bool
 
 
+class ProtocolError(ValueError):
+    """A plugin call returned what the hand-off protocol cannot use (the message says what and why)."""
+
+
 def hand_off(algo: RoutingAlgorithm, req: RouterRequest, peer: int) -> Outgoing:
     """The sender's side: `send()` builds the message (by default only the suffix the peer has not seen), and
-    the request records what the peer will have seen, so the next message to it is minimal again."""
+    the request records what the peer will have seen, so the next message to it is minimal again. A message
+    that is no PeerRequest of this request is refused (ProtocolError): applied by the peer, another request's
+    id would corrupt that request."""
     first = peer not in req.peer_seen
     msg = algo.send(req, peer)
+    if not isinstance(msg, PeerRequest) or msg.rid != req.rid or type(msg.loc) is not int \
+            or type(msg.token_ids) is not list:
+        raise ProtocolError(_bad_message(msg, req))
     req.peer_seen[peer] = seen_through(msg, req)
     return Outgoing(msg, first)
+
+
+def _bad_message(msg: object, req: RouterRequest) -> str:
+    if not isinstance(msg, PeerRequest):
+        return f"send() returned {type(msg).__name__}, not a PeerRequest"
+    if msg.rid != req.rid:
+        return f"send() built a message for request {str(msg.rid)[:40]!r}, not {req.rid!r}"
+    return (f"send() built a message whose loc is {type(msg.loc).__name__} and token_ids "
+            f"{type(msg.token_ids).__name__} (int and list expected)")
 
 
 def first_contact(msg: PeerRequest, max_new_tokens: int, sampling: SamplingParams, seed: int,

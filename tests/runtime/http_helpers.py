@@ -75,8 +75,9 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def start_server(overrides: list[str], tmp: Path, timeout: float = 120.0) -> Server:
-    env = {**os.environ, "TMPDIR": str(tmp)}
+def start_server(overrides: list[str], tmp: Path, timeout: float = 120.0, env: dict[str, str] | None = None) -> Server:
+    """`tokenrouter serve` with `overrides` and TMPDIR=`tmp` (`env` added to this process's environment)."""
+    env = {**os.environ, **(env or {}), "TMPDIR": str(tmp)}
     proc = subprocess.Popen([sys.executable, "-m", "tokenrouter", "serve", "server.port=0", *overrides],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + timeout

@@ -161,13 +161,13 @@ def test_a_valid_surrogate_pair_is_text(tiny: Server) -> None:
 # ---- item 7: text work off the event loop; prompt caps ---------------------------------------------------
 
 def test_health_answers_while_big_prompts_are_tokenized(tiny: Server) -> None:
-    """4 big text prompts (tokenization took seconds on the event loop, freezing /health and every stream);
-    each is longer than the model context (4096), so it gets 400 once tokenized."""
+    """4 big texts at /tokenize, which tokenizes whatever fits the body limit (tokenization took seconds on the
+    event loop, freezing /health and every stream)."""
     prompt = "the quick brown fox jumps over the lazy dog. " * 12_000  # 540 kB, as many tokens
     results: list[httpx.Response] = []
 
     def post() -> None:
-        results.append(httpx.post(f"{tiny.url}/v1/completions", json={"prompt": prompt}, timeout=120))
+        results.append(httpx.post(f"{tiny.url}/tokenize", json={"prompt": prompt}, timeout=120))
 
     threads = [threading.Thread(target=post) for _ in range(4)]
     for t in threads:
@@ -183,9 +183,33 @@ def test_health_answers_while_big_prompts_are_tokenized(tiny: Server) -> None:
         t.join()
     assert len(latencies) >= 5, "the prompts should take a while to tokenize"
     assert max(latencies) < 0.5, f"/health took {max(latencies):.2f} s while prompts were tokenized"
+    assert [r.json()["count"] for r in results] == [len(prompt)] * 4
+
+
+def test_prompts_too_long_by_their_length_are_refused_before_tokenizing(tiny: Server) -> None:
+    """Issue #43 item 10: four ~1 MB prompts, each tokenized for seconds before its 400, held an innocent request
+    for seconds (0.08 s alone). A character-level tokenizer's token count is at least a prompt's length / 13
+    (its longest token), so these are refused at once, and the innocent request does not notice them."""
+    prompt = "the quick brown fox jumps over the lazy dog. " * 22_000  # 990 kB
+    results: list[httpx.Response] = []
+
+    def post() -> None:
+        results.append(httpx.post(f"{tiny.url}/v1/completions", json={"prompt": prompt}, timeout=120))
+
+    threads = [threading.Thread(target=post) for _ in range(4)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    innocent = httpx.post(f"{tiny.url}/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=30)
+    took = time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    assert innocent.status_code == 200 and took < 1.0, (innocent.text, took)
     for resp in results:
         err = _error(resp, 400)
+        assert "990000 characters has at least" in err["message"], err
         assert "longer than the model context of 4096 tokens" in err["message"] and err["param"] == "prompt"
+    assert time.perf_counter() - t0 < 2.0
 
 
 def test_prompts_over_max_prompt_tokens_get_413(sim: Server) -> None:

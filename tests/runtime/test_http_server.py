@@ -43,7 +43,7 @@ def test_bad_serve_config_is_one_line_and_exit_2() -> None:
         busy.listen(1)
         cases = {
             "server.port=70000": "server.port must be an integer",
-            "server.colour=1": "Could not override 'server.colour'",
+            "server.colour=1": "unknown config key 'server.colour'",
             "algorithm.route_prob=5": "route_prob must be in [0, 1]",
             "server.http=h2": "server.http must be one of httptools, h11, got 'h2'",
             f"server.port={busy.getsockname()[1]}": "cannot listen on 127.0.0.1",

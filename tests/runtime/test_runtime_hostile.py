@@ -10,6 +10,7 @@ import msgpack
 import pytest
 import zmq
 
+from tokenrouter.api import AlgorithmFailure
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.generation import GenerationRequest
@@ -51,8 +52,9 @@ def test_a_request_that_fails_every_step_it_joins_fails_alone(fes) -> None:
         return mixed, alone
 
     mixed, alone = fes.run(both())
-    poisoned = mixed.pop(3)
-    assert isinstance(poisoned, RequestError) and "step failed: FloatingPointError" in str(poisoned)
+    poisoned = mixed.pop(3)  # the router's fault, not the request's: an AlgorithmFailure (HTTP 500), no RequestError
+    assert isinstance(poisoned, AlgorithmFailure) and not isinstance(poisoned, RequestError), poisoned
+    assert "route() raised FloatingPointError: router input is NaN" in str(poisoned)
     assert all(not isinstance(r, BaseException) for r in mixed), mixed
     assert [r.output_ids for r in mixed] == [r.output_ids for r in alone]  # untouched by their batch mate
     assert fe.stats()["active_requests"] == 0

@@ -4,11 +4,19 @@ figures, each checked against values worked out by hand."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationResult
-from tokenrouter.trace.chrome import chrome_trace, records_from_chrome, write_trace
+from tokenrouter.trace.chrome import (
+    WRITE_EVENTS,
+    chrome_trace,
+    records_from_chrome,
+    write_chrome_trace,
+    write_trace,
+)
 from tokenrouter.trace.record import BatchRecorder, RequestSpan, TraceLog
 from tokenrouter.trace.summary import format_summary, load_trace, summarize
 
@@ -154,3 +162,45 @@ def test_load_trace_names_what_is_wrong_in_one_line(tmp_path) -> None:
     (tmp_path / "trace.json").write_text('{"traceEvents": []}')
     with pytest.raises(UserError, match="not a TokenRouter trace"):
         load_trace(tmp_path)
+
+
+def _long_run(batches: int, rows: int) -> tuple[TraceLog, list[RequestSpan]]:
+    """`rows` requests of 64 tokens in flight, every batch on the other model (a hand-off flow per token)."""
+    log = TraceLog(["small", "large"], cap=batches, system="tokenrouter")
+    recorders, spans, active, t, nxt = [BatchRecorder(0, batches), BatchRecorder(1, batches)], [], {}, 0.0, 0
+    for k in range(batches):
+        while len(active) < rows:
+            active[str(nxt)], nxt = (t, []), nxt + 1
+        rids = list(active)
+        recorders[k % 2].record(t, t + 0.005, 0.004, [t] * rows, rids, [1] * rows, rows, rows, 4, rows, rows, False)
+        for rid in rids:
+            arrival, commits = active[rid]
+            commits.append((t, 1, log.models[k % 2]))
+            if len(commits) == 64:
+                del active[rid]
+                spans.append(RequestSpan(int(rid), arrival, arrival + 0.005, t, "length", commits, 63, rid))
+        t += 0.005
+    log.add(recorders[0].take() + recorders[1].take())
+    return log, spans
+
+
+def test_a_written_trace_is_the_document_streamed_in_bounded_memory(tmp_path) -> None:
+    """Issue #43 item 11: `serve` built the whole document before writing it, ~17x what the records hold (~40 KiB
+    per batch of 16 rows: ~4 GiB at the old default cap of 100,000 batches per model). Streamed, writing adds at
+    most twice what the records hold (here every token is a run of its own: the runs index is as big as the rows)."""
+    log, spans = _handoff_run(None)
+    path = write_chrome_trace(tmp_path / "small.json", log, ["small", "large"], "tokenrouter", spans)
+    assert load_trace(path) == chrome_trace(log, ["small", "large"], "tokenrouter", spans)
+    tracemalloc.start()
+    try:
+        log, spans = _long_run(batches=2000, rows=16)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        path = write_chrome_trace(tmp_path / "long.json", log, log.models, "tokenrouter", spans)
+        extra = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+    doc = load_trace(path)
+    assert len(doc["traceEvents"]) > WRITE_EVENTS and check_trace_events(doc) == []
+    assert doc["otherData"]["tokenrouter"]["batches"] == 2000
+    assert extra < 2 * held, f"writing took {extra / 2**20:.1f} MiB beside the {held / 2**20:.1f} MiB of records"

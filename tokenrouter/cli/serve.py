@@ -18,7 +18,9 @@ SIGINT/SIGTERM: stop accepting connections, let in-flight requests finish for up
 the front end (every subserver process and socket file) and exit 0. A second SIGINT forces the exit (the
 front end is still closed). A subserver that dies turns `/health` into 503 at once, fails the in-flight
 requests (503), and the server stops and exits 1 with one line naming the model: a supervisor (systemd,
-Kubernetes, a sweep) restarts it; a half-dead server never keeps answering.
+Kubernetes, a sweep) restarts it; a half-dead server never keeps answering. A routing algorithm that fails
+requests (a plugin bug, a route() over runtime.route_timeout_s) fails only those (500) and `/health` says
+`degraded` (still 200) for a minute after; one whose constructor raises stops serve with one line (exit 2).
 """
 
 from __future__ import annotations
@@ -239,10 +241,10 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
 
 def write_serve_trace(frontend: Any, path: Path) -> None:
     """runtime.trace: what the server did, as trace.json at `path` (written at shutdown, whatever ended it)."""
-    from tokenrouter.trace.chrome import chrome_trace, write_trace
+    from tokenrouter.trace.chrome import write_chrome_trace
 
     trace = frontend.trace_log()
-    write_trace(path, chrome_trace(trace, frontend.model_names, "tokenrouter", trace.requests))
+    write_chrome_trace(path, trace, frontend.model_names, "tokenrouter", trace.requests)  # streamed: never whole
     print(f"tokenrouter serve: trace of {len(trace.batches)} batches, {len(trace.requests)} requests -> {path}",
           file=sys.stderr)
 

@@ -5,7 +5,8 @@ requests to the entry model, keeps the global active count N (and the thresholds
 subservers, and reassembles each request's output from whichever models committed its tokens. Tokens carry
 their output index, so chunks from different models may arrive out of order and still land right. A
 subserver that dies fails every in-flight request with a clear error (RuntimeFailure) and the front end
-shuts itself down.
+shuts itself down. A request the routing algorithm failed (a plugin bug, a route() over its time budget) fails
+alone with an AlgorithmFailure; `algorithm_trouble()` keeps such failures visible (GET /health: degraded).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.api import algorithm_class, build_algorithm
+from tokenrouter.api import AlgorithmFailure, algorithm_class, build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
 from tokenrouter.engine.loader import check_source, check_tp
@@ -51,7 +52,9 @@ from tokenrouter.trace.record import TraceLog
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RequestError", "RuntimeFailure", "StreamEvent", "TokenRouterFrontend"]
+__all__ = ["AlgorithmFailure", "RequestError", "RuntimeFailure", "StreamEvent", "TokenRouterFrontend"]
+
+DEGRADED_S = 60.0  # an algorithm failure keeps the server "degraded" (GET /health) this long
 
 
 class RequestError(UserError):
@@ -65,6 +68,17 @@ class StreamEvent:
     token_ids: list[int]
     result: GenerationResult | None = None
     model: str = ""  # the model that committed these tokens (a stream cut short counts tokens per model)
+
+
+@dataclass
+class AlgorithmTrouble:
+    """What the routing algorithm got wrong while serving: requests it failed (of them, by route() calls over
+    runtime.route_timeout_s) and the last error."""
+
+    failed_requests: int = 0
+    route_over_budget: int = 0
+    last_error: str = ""
+    last_at: float = -math.inf  # time.monotonic()
 
 
 @dataclass
@@ -98,14 +112,7 @@ class TokenRouterFrontend(ServingSystem):
             raise UserError("models: need at least one model")
         self.models = list(models)
         self.model_names = [m.name for m in self.models]
-        params = algorithm_class(algorithm.name).resolve_params(dict(algorithm.params))  # Hub routers: local now
-        self.algorithm = AlgorithmSpec(algorithm.name, params)
-        for i, model in enumerate(self.models):  # bad parameters, model or router files: one line now
-            if model.engine == "torch":
-                check_source(model.source)
-                if model.tp > 1:
-                    check_tp(model.source, model.tp, model.name)
-            build_algorithm(self.algorithm.name, i, self.model_names, params).check()
+        self.algorithm = _checked_algorithm(algorithm, self.models)
         self.runtime = runtime or RuntimeConfig()
         self.seed = seed
         self.thresholds = ThresholdTable(self.runtime.thresholds, len(self.models), self.runtime.delayed_batching)
@@ -125,6 +132,7 @@ class TokenRouterFrontend(ServingSystem):
         self._eos: list[int] = []
         self._trace = TraceLog(self.model_names, self.runtime.trace_max_batches, "tokenrouter") \
             if self.runtime.trace else None
+        self._trouble = AlgorithmTrouble()
 
     @property
     def pids(self) -> list[int]:
@@ -152,6 +160,17 @@ class TokenRouterFrontend(ServingSystem):
         if self.subservers is None:
             return "the front end is closed" if self._closed else "starting"
         return self.subservers.health_problem()
+
+    def algorithm_trouble(self) -> dict[str, Any] | None:
+        """The routing algorithm's failures while serving, if it failed a request in the last DEGRADED_S seconds
+        (GET /health then says `degraded`: the server serves, but some requests fail): the counts since
+        start-up, the last error and how long ago."""
+        t = self._trouble
+        ago = time.monotonic() - t.last_at
+        if ago > DEGRADED_S:
+            return None
+        return {"name": self.algorithm.name, "failed_requests": t.failed_requests,
+                "route_over_budget": t.route_over_budget, "last_error": t.last_error, "seconds_ago": round(ago, 1)}
 
     async def wait_closed(self) -> None:
         """Return once the front end is closed, by close() or because a subserver died (see `failure`)."""
@@ -398,10 +417,21 @@ class TokenRouterFrontend(ServingSystem):
                 flight.final = (reason, length, handoffs)
                 self._maybe_finish(flight, now)
         for rid, error in msg.failures:
-            flight = self._flights.pop(rid, None)
-            if flight is not None:
-                self._broadcast_active()
-                self._deliver_error(flight, RequestError(error))
+            self._fail(rid, RequestError(error))
+        if msg.algorithm_failures or msg.over_budget:
+            t = self._trouble
+            t.failed_requests += len(msg.algorithm_failures)
+            t.route_over_budget += msg.over_budget
+            t.last_at = time.monotonic()
+            for rid, error in msg.algorithm_failures:
+                t.last_error = error
+                self._fail(rid, AlgorithmFailure(error))
+
+    def _fail(self, rid: str, exc: BaseException) -> None:
+        flight = self._flights.pop(rid, None)
+        if flight is not None:
+            self._broadcast_active()
+            self._deliver_error(flight, exc)
 
     def _maybe_finish(self, flight: _Flight, now: float) -> None:
         assert flight.final is not None
@@ -437,6 +467,26 @@ class TokenRouterFrontend(ServingSystem):
 
 
 TOKEN_ID_MAX = TOKEN_ID_LIMIT - 1
+
+
+def _checked_algorithm(algorithm: AlgorithmSpec, models: list[ModelSpec]) -> AlgorithmSpec:
+    """The algorithm with its parameters resolved (Hub routers: local now), built once per model to check them:
+    bad parameters, model or router files are one line now, and so is a plugin whose constructor raises."""
+    for model in models:
+        if model.engine == "torch":
+            check_source(model.source)
+            if model.tp > 1:
+                check_tp(model.source, model.tp, model.name)
+    names = [m.name for m in models]
+    try:
+        params = algorithm_class(algorithm.name).resolve_params(dict(algorithm.params))
+        for i in range(len(models)):
+            build_algorithm(algorithm.name, i, names, params).check()
+    except UserError:
+        raise
+    except Exception as exc:
+        raise UserError(f"algorithm {algorithm.name!r} failed to build: {type(exc).__name__}: {exc}") from None
+    return AlgorithmSpec(algorithm.name, params)
 
 
 def _check_request(req: GenerationRequest, vocab: int) -> None:

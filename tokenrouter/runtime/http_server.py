@@ -13,7 +13,10 @@ error must come back as OpenAI-style JSON with status 400, not FastAPI's 422 sha
 appear in the published OpenAPI document (`/openapi.json`, `/docs`; see http_openapi.py).
 
 Hostile input stays a 4xx: http_protocol validates strictly, text work runs off the event loop (http_text),
-and a request whose client leaves is aborted, streamed or not.
+and a request whose client leaves is aborted, streamed or not. A server-side failure is a 5xx whose message is
+one line without file paths (`_public`): tracebacks go to the server's stderr, never to clients. A request the
+routing algorithm failed is a 500 `server_error` (never the client's 400); the server goes on, and `/health`
+says `degraded` (still 200) while such failures are recent.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
@@ -33,6 +37,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tokenrouter import __version__
+from tokenrouter.api import AlgorithmFailure
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
@@ -140,8 +145,24 @@ class HttpServer:
             raise ApiError(400, f"{what} needs a tokenizer, and model set {self.opts.model_name!r} has none "
                                 "(weightless sim engines); send token ids instead", param=param)
 
+    def check_length(self, text: str, param: str) -> None:
+        """A text prompt that its length alone proves too long is refused before it is tokenized (seconds of CPU
+        for a 1 MB prompt), with check_prompt's status: it has at least len / chars_per_token tokens."""
+        per = self.text.chars_per_token
+        if per is None:
+            return
+        least, cap, context = -(-len(text) // per), self.opts.max_prompt_tokens, self.opts.context_length
+        if least > cap:
+            raise ApiError(413, f"{param!r}: prompt of {len(text)} characters has at least {least} tokens, over "
+                                f"the limit of {cap} tokens (server.max_prompt_tokens)", "request_too_large",
+                           param=param)
+        if context is not None and least > context:
+            raise ApiError(400, f"{param!r}: prompt of {len(text)} characters has at least {least} tokens, "
+                                f"longer than the model context of {context} tokens", param=param)
+
     async def encode_text(self, text: str, param: str) -> list[int]:
         self.need_tokenizer("a text prompt")
+        self.check_length(text, param)
         return self.check_prompt(await self.text.encode(text), param)
 
     async def prompt_ids(self, prompt: Any) -> list[int]:
@@ -432,20 +453,32 @@ async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
 
 
 def _failure(exc: BaseException) -> ApiError:
-    """A request the runtime rejected (UserError: e.g. it can never fit) is the client's fault (400); a
-    failed or closed runtime is the server's (503)."""
+    """A request the runtime rejected (UserError: e.g. it can never fit) is the client's fault (400); one the
+    routing algorithm failed is the server's (500), and so is a failed or closed runtime (503)."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, AlgorithmFailure):
+        return ApiError(500, _public(str(exc)), "server_error")
     if isinstance(exc, UserError):
         return ApiError(400, str(exc))
-    return ApiError(503, f"generation failed: {exc}", "server_error")
+    return ApiError(503, _public(f"generation failed: {exc}"), "server_error")
 
 
 def _generation_error(result: GenerationResult | None) -> ApiError:
     """A result that reports its own failure (systems that return errors instead of raising), or none."""
     if result is None:
         return ApiError(503, "the stream ended without a result", "server_error")
-    return ApiError(500, result.error or "generation failed", "server_error")
+    return ApiError(500, _public(result.error or "generation failed"), "server_error")
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s/'\"]+/)+")
+
+
+def _public(message: str) -> str:
+    """A server-side failure as a client sees it: its first line, each absolute path cut to its last part (the
+    whole text, and any traceback, is in the server's log)."""
+    lines = message.strip().splitlines()
+    return _ABSOLUTE_PATH.sub(".../", lines[0] if lines else "")
 
 
 def _sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
@@ -520,11 +553,17 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
 
     @app.get("/health")
     async def _health() -> JSONResponse:
+        # 503 `unhealthy` when the runtime cannot serve; 200 `degraded` while it serves but the routing algorithm
+        # failed requests lately (it still serves the others: a balancer should keep it), naming the counts
         problem = frontend.health_problem() if hasattr(frontend, "health_problem") else None
+        models = list(frontend.model_names)
         if problem is not None:  # load balancers and scripts take the status code, not the body
-            return JSONResponse({"status": "unhealthy", "error": problem, "models": list(frontend.model_names)},
-                                status_code=503)
-        return JSONResponse({"status": "ok", "models": list(frontend.model_names)})
+            return JSONResponse({"status": "unhealthy", "error": _public(problem), "models": models}, status_code=503)
+        trouble = frontend.algorithm_trouble() if hasattr(frontend, "algorithm_trouble") else None
+        if trouble is not None:
+            trouble = {**trouble, "last_error": _public(trouble["last_error"])}
+            return JSONResponse({"status": "degraded", "models": models, "algorithm": trouble})
+        return JSONResponse({"status": "ok", "models": models})
 
     @app.get("/metrics")
     async def _metrics() -> Response:

@@ -90,12 +90,14 @@ class StatsRequest(msgspec.Struct, array_like=True, tag=10):
 
 class PeerMessage(msgspec.Struct, array_like=True, tag=6):
     """A hand-off (or release when `msg.finished`) from model `sender`. `handoffs` counts the request's
-    hand-offs so far; `meta` rides along only on first contact."""
+    hand-offs so far, `stalled` those since its last committed token (runtime.max_handoffs_per_token); `meta`
+    rides along only on first contact."""
 
     msg: PeerRequest
     sender: int
     handoffs: int
     meta: RequestMeta | None = None
+    stalled: int = 0
 
 
 # ---- subserver -> front end -------------------------------------------------------------------------------
@@ -123,7 +125,10 @@ class Fatal(msgspec.Struct, array_like=True, tag=8):
 class Report(msgspec.Struct, array_like=True, tag=9):
     """One loop iteration's news from a model: committed tokens (`chunks`: rid, start index in the output,
     ids), finishes (rid, reason, output length, hand-offs), per-request failures (rid, error) and counters.
-    Start indices let the front end order tokens that reach it from different models out of order."""
+    Start indices let the front end order tokens that reach it from different models out of order.
+    `failures` are the request's own fault (it can never fit, its step fails); `algorithm_failures` are the
+    routing algorithm's (a plugin call raised or returned nonsense), and `over_budget` counts the route() calls
+    that ran past runtime.route_timeout_s."""
 
     model: int
     chunks: list[tuple[str, int, list[int]]] = msgspec.field(default_factory=list)
@@ -133,6 +138,8 @@ class Report(msgspec.Struct, array_like=True, tag=9):
     # (rid, logits, hidden) of the finishing step, for requests whose meta asked (RequestMeta.outputs)
     outputs: list[tuple[str, list[float] | None, list[float] | None]] = msgspec.field(default_factory=list)
     trace: list[BatchRecord] = msgspec.field(default_factory=list)  # runtime.trace: batches since the last Report
+    algorithm_failures: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    over_budget: int = 0
 
 
 Message = Submit | Active | Peers | Abort | Shutdown | StatsRequest | PeerMessage | Ready | Fatal | Report

@@ -36,6 +36,7 @@ class Entry:
     since: float = 0.0  # when it joined the queue (max-wait clock)
     reserved: int = 0  # KV tokens reserved at admission
     handoffs: int = 0  # hand-offs of this request so far (all models)
+    stalled: int = 0  # of them, those since its last committed token (runtime.max_handoffs_per_token)
     stop_ids: frozenset[int] = field(default_factory=frozenset)
     input_len: int = 1  # tokens its next step feeds (prefill: the prompt, decode: 1, extend: what it missed)
 

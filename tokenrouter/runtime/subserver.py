@@ -6,6 +6,12 @@ never waits on another model. Each iteration: (1) drain client, peer and control
 PENDING here, its KV kept), committed tokens and finishes to the front end, releases to peers. A request
 back from a peer rejoins with its step input tokens[kv_len:], an extend over exactly what this model missed.
 When nothing is due the loop blocks on its sources (epoll with a timeout; `runtime.spin_us` spins first).
+
+The routing algorithm is a plugin: every call into it (route(), keeps_token(), send(), receive()) and every
+result it returns is guarded, so a bug in it fails only the requests of that call (an AlgorithmFailure, HTTP
+500) and the process and every other request go on. route() runs under a time budget (runtime.route_timeout_s,
+RouteClock) and a request may be handed off only so often without a committed token
+(runtime.max_handoffs_per_token).
 """
 
 from __future__ import annotations
@@ -15,14 +21,17 @@ import os
 import signal
 import statistics
 import sys
+import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import msgpack
+import msgspec
 import zmq
 
 from tokenrouter import handoff
@@ -35,7 +44,14 @@ from tokenrouter.finish import banned_ids
 from tokenrouter.heap import freeze_startup
 from tokenrouter.runtime import unix_link
 from tokenrouter.runtime.fd_poll import FdPoller
-from tokenrouter.runtime.ipc import CurveKeys, PushLink, bind_inbox, connect_outbox, start_authenticator
+from tokenrouter.runtime.ipc import (
+    CurveKeys,
+    PushLink,
+    bind_inbox,
+    connect_outbox,
+    remove_dir,
+    start_authenticator,
+)
 from tokenrouter.runtime.messages import (
     OUT_HIDDEN,
     OUT_LOGITS,
@@ -66,6 +82,106 @@ MEDIAN_PERIOD_S = 0.2  # overhead median recomputed at most this often
 SPIN_CPU_SHARE = 0.8  # runtime.spin_us: a spin that ran less than this share of its wall time was contended
 SPIN_BACKOFF_S = 0.02  # ... and spinning pauses this long
 TRACE_SHIP_BATCHES = 64  # runtime.trace: records ride with the next Report, or alone once this many wait
+ERROR_CHARS = 300  # an algorithm's error as a client sees it: one line, at most this long
+
+
+class RouteOverBudget(BaseException):
+    """Raised into a route() call that ran past runtime.route_timeout_s. A BaseException, so that a plugin's own
+    `except Exception` cannot swallow it."""
+
+
+class RouteClock:
+    """runtime.route_timeout_s: a one-shot SIGALRM timer armed around each route() call but the process's first
+    interrupts one that runs past the budget (a sleep, a Python loop; code stuck inside one C call is interrupted when it returns to
+    Python). Two setitimer calls per step. Where signals cannot be handled (a subserver off the main thread, in a
+    benchmark) and where a plugin swallowed the interrupt, the call's duration is checked after it returns. Another
+    user of the timer in the process (a test runner's timeout) keeps its deadline and its handler."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
+        self._first = True  # the first call is not timed: lazy start-up (CUDA handles, compiled kernels) is not a bug
+        self._armed = False
+        self._timer = budget_s > 0 and threading.current_thread() is threading.main_thread()
+        self._previous: Any = None
+        if self._timer:
+            self._previous = signal.signal(signal.SIGALRM, self._expired)
+
+    def _expired(self, signum: int, frame: Any) -> None:
+        if self._armed:  # a signal that lands after the call returned is not ours
+            self._armed = False
+            raise RouteOverBudget
+        if callable(self._previous):
+            self._previous(signum, frame)
+
+    def call(self, route: Callable[[StepResult], Any], step: StepResult) -> Any:
+        """`route(step)`, or RouteOverBudget if it ran past the budget."""
+        if self.budget_s <= 0 or self._first:
+            self._first = False
+            return route(step)
+        start = time.perf_counter()
+        other = 0.0
+        if self._timer:
+            self._armed = True
+            other = signal.setitimer(signal.ITIMER_REAL, self.budget_s)[0]
+        try:
+            dests = route(step)
+        finally:
+            if self._timer:
+                self._armed = False
+                later = max(other - (time.perf_counter() - start), 1e-6) if other else 0.0
+                signal.setitimer(signal.ITIMER_REAL, later)
+        if time.perf_counter() - start > self.budget_s:
+            raise RouteOverBudget
+        return dests
+
+
+def destinations(dests: Any, count: int, num_models: int) -> list[int]:
+    """route()'s result as one model index (a plain int) per request, or ProtocolError saying what is wrong with
+    it. `bytes()` checks every element in C (an integer, numpy's and torch's included, in [0, 256)): ~2 us for a
+    batch of 256, where a Python loop over the requests would cost several times that on every step."""
+    try:
+        dests = dests if type(dests) is list else list(dests)
+    except TypeError:
+        raise handoff.ProtocolError(f"route() returned {type(dests).__name__}, not a list of model indices") from None
+    if len(dests) != count:
+        raise handoff.ProtocolError(f"route() returned {len(dests)} destinations for {count} requests")
+    try:
+        packed = bytes(dests)
+    except (TypeError, ValueError):
+        packed = None
+    if packed is not None and (not packed or max(packed) < num_models):
+        return list(packed)
+    indices = [_index(d) for d in dests]
+    bad = next((d for d in indices if not 0 <= d < num_models), None)
+    if bad is not None:
+        raise handoff.ProtocolError(f"route() returned destination {bad} ({num_models} models)")
+    return indices  # more than 256 models
+
+
+def _index(dest: Any) -> int:
+    try:
+        return int(dest.__index__())
+    except (AttributeError, TypeError, ValueError, RuntimeError):  # a float, a string, a float tensor
+        raise handoff.ProtocolError(f"route() returned destination {dest!r:.40}, not a model index") from None
+
+
+_PEER_REQUEST = msgspec.msgpack.Decoder(PeerRequest)
+_ENCODE = msgspec.msgpack.Encoder().encode
+
+
+def check_wire(msg: PeerRequest) -> None:
+    """A message from an overriding send() as the peer will decode it: wrong field types or values msgpack cannot
+    carry would otherwise fail the whole frame at the peer, and with it every hand-off it holds."""
+    try:
+        _PEER_REQUEST.decode(_ENCODE(msg))
+    except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
+        raise handoff.ProtocolError(f"send() built a message no peer can read: {exc}") from None
+
+
+def one_line(text: str, limit: int = ERROR_CHARS) -> str:
+    """`text` on one line, at most `limit` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 @dataclass
@@ -124,6 +240,7 @@ class Subserver:
                  inbox: zmq.Socket, to_frontend: PushLink | Link, listener: Listener | None = None) -> None:
         self.index = cfg.index
         self.num_models = len(cfg.models)
+        self.algorithm_name = cfg.algorithm
         spec = ModelSpec.from_dict(cfg.models[cfg.index])
         rt = RuntimeConfig.from_dict(cfg.runtime)
         self.engine = engine
@@ -155,6 +272,10 @@ class Subserver:
         self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
         self.active_n = 0  # the global active count N (last Active)
         self.tracer = BatchRecorder(self.index, rt.trace_max_batches) if rt.trace else None
+        self.clock = RouteClock(rt.route_timeout_s)
+        self.max_stalled = rt.max_handoffs_per_token
+        self.check_sends = type(algo).send is not RoutingAlgorithm.send  # the default send() needs no wire check
+        self._logged: set[tuple[str, str]] = set()  # (call, exception type) whose traceback went to stderr
 
     # ---- stage 1: receive ----------------------------------------------------------------------------------
 
@@ -243,17 +364,29 @@ class Subserver:
                 return  # a request this model never had, or one the client aborted
             req = handoff.first_contact(msg, pm.meta.max_new_tokens, pm.meta.sampling, pm.meta.seed,
                                         pm.meta.min_new_tokens)
-            e = Entry(req, pm.meta, handoffs=pm.handoffs, stop_ids=frozenset(pm.meta.stop_ids))
-            handoff.receive(self.algo, msg, req, pm.sender)
-            self.admit(e, now)  # on failure the sender is told to release it too
+            e = Entry(req, pm.meta, handoffs=pm.handoffs, stalled=pm.stalled, stop_ids=frozenset(pm.meta.stop_ids))
+            if self.received(e, msg, pm.sender) is not None:
+                self.admit(e, now)  # on failure the sender is told to release it too
             return
-        valid = handoff.receive(self.algo, msg, e.req, pm.sender)
+        valid = self.received(e, msg, pm.sender)
+        if valid is None:
+            return
         kv = self.engine.seq_len(msg.rid)
         if kv > valid:
             self.engine.truncate(msg.rid, valid)
             kv = valid
-        e.handoffs = pm.handoffs
+        e.handoffs, e.stalled = pm.handoffs, pm.stalled
         self.sched.make_ready([e], now, max(1, e.req.seq_len - kv))
+
+    def received(self, e: Entry, msg: PeerRequest, sender: int) -> int | None:
+        """The algorithm's receive() of `msg` (handoff.receive: the KV truncation point), or None when it raised:
+        the request then fails here and the sender is told to release it."""
+        try:
+            return handoff.receive(self.algo, msg, e.req, sender)
+        except Exception as exc:
+            e.req.peer_seen.setdefault(sender, 0)
+            self.fail(e.req.rid, self.plugin_error("receive()", exc), e, algorithm=True)
+            return None
 
     # ---- stage 2: schedule and step ------------------------------------------------------------------------
 
@@ -289,21 +422,27 @@ class Subserver:
         t0 = time.perf_counter()
         try:
             out = self.engine.step(items, self.outputs_for(asked))
-            dests = self.algo.route(StepResult(self.index, reqs, out.next_tokens, out.logits, out.hidden))
-            if len(dests) != len(batch):
-                raise ValueError(f"algorithm {self.algo.name!r} returned {len(dests)} destinations for "
-                                 f"{len(batch)} requests")
-            if batch and not (min(dests) >= 0 and max(dests) < self.num_models):  # in C: no per-request loop
-                bad = next(d for d in dests if not 0 <= d < self.num_models)
-                raise ValueError(f"algorithm {self.algo.name!r} returned destination {bad!r} "
-                                 f"({self.num_models} models)")
         except EngineFailure:
             raise  # the engine is gone (a TP rank died): stop, the front end fails every request
         except Exception as exc:  # a failed step fails its requests, never the server or their batch mates
-            self.counters.step_s += time.perf_counter() - t0
-            if at_launch is not None:
-                self.trace_batch(at_launch, batch, items, launched, time.perf_counter() - t0, 0, 0, failed=True)
-            self.isolate(batch, kv_before, f"{type(exc).__name__}: {exc}")
+            self.step_failed(batch, items, at_launch, launched, t0)
+            self.isolate(batch, kv_before, f"{type(exc).__name__}: {exc}", algorithm=False)
+            return
+        try:
+            dests = destinations(self.clock.call(self.algo.route, StepResult(self.index, reqs, out.next_tokens,
+                                                                             out.logits, out.hidden)),
+                                 len(batch), self.num_models)
+        except RouteOverBudget:  # stepping each alone would stall the model once per request: all of them fail
+            self.step_failed(batch, items, at_launch, launched, t0)
+            self._report.over_budget += 1
+            error = self.algorithm_error(f"route() ran past runtime.route_timeout_s={self.clock.budget_s:g} s")
+            print(f"subserver {self.engine.name!r}: {error}; {len(batch)} request(s) failed", file=sys.stderr)
+            for e in batch:
+                self.fail(e.req.rid, error, algorithm=True)
+            return
+        except Exception as exc:  # a router can fail on one request's input: the others must not fail with it
+            self.step_failed(batch, items, at_launch, launched, t0)
+            self.isolate(batch, kv_before, self.plugin_error("route()", exc), algorithm=True)
             return
         engine_s = time.perf_counter() - t0
         self.counters.step_s += engine_s
@@ -317,10 +456,15 @@ class Subserver:
         for row, (e, tok, dest) in enumerate(zip(batch, out.next_tokens, dests, strict=True)):
             routes[dest] += 1
             req = e.req
-            settled = handoff.settle(algo, req, dest, int(tok), e.stop_ids)
+            try:  # keeps_token(), the algorithm's, on a hand-off
+                settled = handoff.settle(algo, req, dest, int(tok), e.stop_ids)
+            except Exception as exc:
+                self.fail(req.rid, self.plugin_error("keeps_token()", exc), algorithm=True)
+                continue
             if settled.committed:  # stream it, with its output index: chunks of two models may arrive out of order
                 chunks.append((req.rid, len(req.output_ids) - 1, req.output_ids[-1:]))
                 c.committed += 1
+                e.stalled = 0
             if settled.finish:
                 if e.meta.outputs:
                     self._report.outputs.append((req.rid, _row(out.logits, row, e.meta.outputs & OUT_LOGITS),
@@ -358,29 +502,68 @@ class Subserver:
             return self.step_outputs
         return self.step_outputs | {name for bit, name in _OUTPUT_BITS if asked & bit}
 
-    def isolate(self, batch: list[Entry], kv_before: list[int], error: str) -> None:
+    def step_failed(self, batch: list[Entry], items: list[StepItem], at_launch: tuple[list[float], int, bool] | None,
+                    launched: float, t0: float) -> None:
+        """A step whose engine or route() failed: its time counted, its batch traced as failed."""
+        self.counters.step_s += time.perf_counter() - t0
+        if at_launch is not None:
+            self.trace_batch(at_launch, batch, items, launched, time.perf_counter() - t0, 0, 0, failed=True)
+
+    def isolate(self, batch: list[Entry], kv_before: list[int], error: str, algorithm: bool) -> None:
         """After a failed step: roll every member's KV back to where it was and step each one alone, so only
-        the request that makes a step fail (a bad sampling parameter, a router error on its input) fails."""
+        the request that makes a step fail (a bad sampling parameter, a router error on its input) fails.
+        `algorithm`: route() failed (the server's fault), else the engine step (the request's)."""
         for e, kv in zip(batch, kv_before, strict=True):
             if self.engine.seq_len(e.req.rid) > kv:
                 self.engine.truncate(e.req.rid, kv)
         if len(batch) == 1:
-            self.fail(batch[0].req.rid, f"model {self.engine.name!r}: step failed: {error}")
+            text = error if algorithm else f"model {self.engine.name!r}: step failed: {error}"
+            self.fail(batch[0].req.rid, text, algorithm=algorithm)
             return
         for e in batch:
             self.run_batch([e])
+
+    def algorithm_error(self, what: str) -> str:
+        """The one line a request failed by the routing algorithm reports (the client sees it in a 500)."""
+        return one_line(f"routing algorithm {self.algorithm_name!r} failed on model {self.engine.name!r}: {what}")
+
+    def plugin_error(self, call: str, exc: Exception) -> str:
+        """algorithm_error() for a plugin call that raised or returned what the runtime cannot use; the line goes
+        to stderr too, with the traceback the first time this call fails with this exception type."""
+        what = str(exc) if isinstance(exc, handoff.ProtocolError) else f"{call} raised {type(exc).__name__}: {exc}"
+        error = self.algorithm_error(what)
+        print(f"subserver {self.engine.name!r}: {error}", file=sys.stderr)
+        key = (call, type(exc).__name__)
+        if key not in self._logged and not isinstance(exc, handoff.ProtocolError):
+            self._logged.add(key)
+            traceback.print_exception(exc, file=sys.stderr)
+        return error
 
     def finish(self, e: Entry, reason: str) -> None:
         self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.handoffs))
         self.drop(e.req.rid)
 
     def hand_off(self, e: Entry, dest: int) -> None:
-        out = handoff.hand_off(self.algo, e.req, dest)
+        """Send `e` to model `dest`; fail it instead when the algorithm's send() raises or builds a message no
+        peer can use, or when `e` went runtime.max_handoffs_per_token hand-offs without a committed token."""
+        if e.stalled >= self.max_stalled:
+            self.fail(e.req.rid, self.algorithm_error(
+                f"the request was handed off {e.stalled} times without a committed token "
+                "(runtime.max_handoffs_per_token)"), algorithm=True)
+            return
+        try:
+            out = handoff.hand_off(self.algo, e.req, dest)
+            if self.check_sends:
+                check_wire(out.msg)
+        except Exception as exc:
+            self.fail(e.req.rid, self.plugin_error("send()", exc), algorithm=True)
+            return
         e.handoffs += 1
+        e.stalled += 1
         self.counters.handoffs += 1
         self.sched.pend(e)
         self._outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.handoffs,
-                                                             e.meta if out.first else None))
+                                                             e.meta if out.first else None, e.stalled))
 
     def drop(self, rid: str, unregistered: Entry | None = None) -> None:
         """Forget a request here and tell every peer that has seen it to do the same."""
@@ -392,8 +575,9 @@ class Subserver:
             release = PeerRequest(rid, 0, [], len(e.req.prompt_ids), finished=True)
             self._outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.handoffs))
 
-    def fail(self, rid: str, error: str, unregistered: Entry | None = None) -> None:
-        self._report.failures.append((rid, error))
+    def fail(self, rid: str, error: str, unregistered: Entry | None = None, algorithm: bool = False) -> None:
+        """Fail one request: the request's own fault, or (`algorithm`) the routing algorithm's."""
+        (self._report.algorithm_failures if algorithm else self._report.failures).append((rid, error))
         self.drop(rid, unregistered)
 
     # ---- stage 3: send -------------------------------------------------------------------------------------
@@ -402,15 +586,16 @@ class Subserver:
         if self._outbox:
             self.flush_peers()
         r = self._report
-        if self._stats_dirty and (r.finishes or r.failures or now - self._stats_sent >= STATS_PERIOD_S):
+        failed = r.failures or r.algorithm_failures
+        if self._stats_dirty and (r.finishes or failed or now - self._stats_sent >= STATS_PERIOD_S):
             r.stats = self.counters.snapshot(now, self.sched.occupancy()).to_wire()
             self._stats_dirty = False
             self._stats_sent = now
         tracer = self.tracer
-        if tracer is not None and tracer.pending and (r.chunks or r.finishes or r.failures or r.stats
+        if tracer is not None and tracer.pending and (r.chunks or r.finishes or failed or r.stats
                                                       or len(tracer.pending) >= TRACE_SHIP_BATCHES):
             r.trace = tracer.take()
-        if r.chunks or r.finishes or r.failures or r.stats or r.trace:
+        if r.chunks or r.finishes or failed or r.stats or r.trace or r.over_budget:
             try:
                 self.to_frontend.send(encode([r]))
             except LinkClosed:  # the front end is gone: nobody to serve
@@ -550,12 +735,31 @@ def _startup_profile(cfg: SubserverConfig, spec: ModelSpec, engine: Engine, rt: 
     return profile_at_startup(engine, cfg.models, cfg.index, rt.auto_max_concurrency, cache_dir() / "profiles")
 
 
+PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is exiting
+
+
+def _gone(pid: int) -> bool:
+    """Whether our parent `pid` is dead or dying. The death signal (die_with_parent) of a parent killed by SIGKILL
+    can arrive while its other threads still hold its pid: getppid() alone does not tell yet, /proc does."""
+    if os.getppid() != pid:
+        return True
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return True
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+
+
 def _on_sigterm(signum: int, frame: Any) -> None:
+    """Shut down once: a process group's SIGTERM is often followed by the front end's own, which must not
+    raise again inside the clean-up (printed as an ignored `SystemExit: 0` traceback from a finaliser)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(0)
 
 
 def main(blob: bytes) -> None:
     """Process entry point. Exit status 0 on shutdown, 1 on a fatal error."""
+    parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front end, which shuts us down
     signal.signal(signal.SIGTERM, _on_sigterm)
     die_with_parent()
@@ -589,13 +793,15 @@ def main(blob: bytes) -> None:
         Subserver(cfg, engine, algo, ctx, inbox, to_frontend, listener).run()
     except SystemExit:
         pass
-    except BaseException as exc:  # report why, then exit non-zero
+    except BaseException as exc:  # report why in one line (the front end shows it to clients), then exit non-zero
         status = 1
         if isinstance(exc, UserError | EngineFailure):
             text = str(exc)
-        else:
-            text = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}"
-        to_frontend.send(encode([Fatal(cfg.index, text)]))
+        else:  # a crash: its traceback goes to the server's log (our stderr is the front end's), never to clients
+            text = f"{type(exc).__name__}: {exc}"
+            print(f"subserver of model {cfg.models[cfg.index].get('name')!r} crashed:", file=sys.stderr)
+            traceback.print_exc()
+        to_frontend.send(encode([Fatal(cfg.index, one_line(text))]))
     finally:
         if engine is not None:  # tensor-parallel ranks are told to stop and are waited for
             with contextlib.suppress(Exception):
@@ -604,6 +810,8 @@ def main(blob: bytes) -> None:
         if auth is not None:
             auth.stop()
         ctx.destroy(linger=0)
+        if cfg.transport == "ipc" and _gone(parent):  # the front end died (SIGKILL) without cleaning up
+            remove_dir(Path(cfg.where))
     sys.stderr.flush()
     os._exit(status)  # everything is flushed; skip the slow interpreter teardown of torch
 

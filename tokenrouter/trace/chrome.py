@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.fsutil import atomic_write_text
+from tokenrouter.fsutil import atomic_write_chunks, atomic_write_text
 from tokenrouter.trace.record import BatchRecord, RequestSpan, TraceLog
 
 FORMAT = "tokenrouter-trace/1"
@@ -23,6 +24,7 @@ BATCH_CAT = "batch"
 FLOW_CAT = "handoff"
 REQUEST_CAT = "request"
 FLOW_LEAD_US = 0.001  # a flow leaves its batch just before the batch's end (it must lie inside the slice)
+WRITE_EVENTS = 4096  # write_chrome_trace: events encoded and written at a time
 
 Run = tuple[int, float, float, int, int]  # (model, start s, end s, first batch, last batch); batch -1: unknown
 
@@ -30,6 +32,42 @@ Run = tuple[int, float, float, int, int]  # (model, start s, end s, first batch,
 def chrome_trace(log: TraceLog | None, models: list[str], system: str, requests: list[RequestSpan]) -> dict[str, Any]:
     """The document for one run: `log`'s batch records (None: the system records none: request slices only)
     and the finished `requests`."""
+    meta: dict[str, Any] = {}
+    events = list(trace_events(log, models, system, requests, meta))
+    return _document(events, meta)
+
+
+def write_chrome_trace(path: Path, log: TraceLog | None, models: list[str], system: str,
+                       requests: list[RequestSpan]) -> Path:
+    """chrome_trace(...) written to `path` atomically, event by event: a long run's document never exists whole in
+    memory (as dicts it took ~6x what the batch records themselves hold; docs/see_a_run.md#limits)."""
+    meta: dict[str, Any] = {}
+
+    def chunks() -> Iterator[bytes]:  # _document's shape, the events written as they come
+        encode = json.JSONEncoder(separators=(",", ":")).encode
+        yield b'{"traceEvents":['
+        pending: list[str] = []
+        comma = b""
+        for ev in trace_events(log, models, system, requests, meta):
+            pending.append(encode(ev))
+            if len(pending) >= WRITE_EVENTS:
+                yield comma + ",".join(pending).encode()
+                pending, comma = [], b","
+        if pending:
+            yield comma + ",".join(pending).encode()
+        yield b'],"displayTimeUnit":"ms","otherData":' + encode({"tokenrouter": meta}).encode() + b"}"
+
+    atomic_write_chunks(path, chunks())
+    return path
+
+
+def _document(events: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"tokenrouter": meta}}
+
+
+def trace_events(log: TraceLog | None, models: list[str], system: str, requests: list[RequestSpan],
+                 meta: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The document's events one by one; once they are all out, `meta` holds its `otherData.tokenrouter`."""
     batches = sorted(log.batches, key=lambda b: b.launch) if log is not None else []
     starts = [b.launch for b in batches] + [r.arrival for r in requests]
     origin = min(starts) if starts else 0.0
@@ -39,32 +77,31 @@ def chrome_trace(log: TraceLog | None, models: list[str], system: str, requests:
 
     driver = log.driver if log is not None else None
     track = _tracks(models, driver)
-    events: list[dict[str, Any]] = _metadata(models, driver)
+    yield from _metadata(models, driver)
     for b in batches:
         pid, tid = track[b.model]
-        events.append({"ph": "X", "cat": BATCH_CAT, "name": b.kind, "pid": pid, "tid": tid, "ts": us(b.launch),
-                       "dur": round((b.end - b.launch) * 1e6, 3), "args": batch_args(b, models)})
+        yield {"ph": "X", "cat": BATCH_CAT, "name": b.kind, "pid": pid, "tid": tid, "ts": us(b.launch),
+               "dur": round((b.end - b.launch) * 1e6, 3), "args": batch_args(b, models)}
     runs = _runs_from_batches(batches)
     requests_pid = max(p for p, _ in track.values()) + 1 if track else 1
-    events.append(_name("process_name", requests_pid, 0, "requests"))
-    events.append(_name("process_sort_index", requests_pid, 0, len(track) + 1))
+    yield _name("process_name", requests_pid, 0, "requests")
+    yield _name("process_sort_index", requests_pid, 0, len(track) + 1)
     flow = 0
     for r in sorted(requests, key=lambda r: r.arrival):
         own = runs.get(r.rid) if r.rid is not None else None
         own = own or _runs_from_commits(r, models)
         rid = f"request-{r.rid if r.rid is not None else r.index}"
         common = {"cat": REQUEST_CAT, "id": rid, "pid": requests_pid, "tid": 0}
-        events.append({**common, "ph": "b", "name": f"request {r.index}", "ts": us(r.arrival),
-                       "args": {"index": r.index, "finish_reason": r.finish_reason,
-                                                "runs": len(own), "handoffs": r.handoffs,
-                                "tokens": sum(n for _, n, _ in r.commits)}})
+        yield {**common, "ph": "b", "name": f"request {r.index}", "ts": us(r.arrival),
+               "args": {"index": r.index, "finish_reason": r.finish_reason, "runs": len(own), "handoffs": r.handoffs,
+                        "tokens": sum(n for _, n, _ in r.commits)}}
         if r.first_token is not None:
-            events.append({**common, "ph": "n", "name": "first token", "ts": us(r.first_token)})
+            yield {**common, "ph": "n", "name": "first token", "ts": us(r.first_token)}
         for model, start, end, _, _ in own:
             start, end = max(start, r.arrival), min(max(end, start), r.finish)
-            events.append({**common, "ph": "b", "name": f"on {models[model]}", "ts": us(start)})
-            events.append({**common, "ph": "e", "name": f"on {models[model]}", "ts": us(end)})
-        events.append({**common, "ph": "e", "name": f"request {r.index}", "ts": us(r.finish)})
+            yield {**common, "ph": "b", "name": f"on {models[model]}", "ts": us(start)}
+            yield {**common, "ph": "e", "name": f"on {models[model]}", "ts": us(end)}
+        yield {**common, "ph": "e", "name": f"request {r.index}", "ts": us(r.finish)}
         for (_, _, _, _, sent), (_, _, _, ran, _) in zip(own, own[1:], strict=False):
             if sent < 0 or ran < 0:
                 continue
@@ -72,16 +109,14 @@ def chrome_trace(log: TraceLog | None, models: list[str], system: str, requests:
             flow += 1
             (spid, stid), (dpid, dtid) = track[src.model], track[dst.model]
             leave = max(us(src.launch), us(src.end) - FLOW_LEAD_US)
-            events.append({"ph": "s", "cat": FLOW_CAT, "name": "hand-off", "id": flow, "pid": spid, "tid": stid,
-                           "ts": leave, "args": {"request": r.index}})
-            events.append({"ph": "f", "bp": "e", "cat": FLOW_CAT, "name": "hand-off", "id": flow, "pid": dpid,
-                           "tid": dtid, "ts": us(dst.launch), "args": {"request": r.index}})
-    meta = {"format": FORMAT, "system": system, "models": list(models), "driver": driver,
-            "origin_perf_counter_s": origin, "batches": len(batches), "requests": len(requests),
-            "handoff_flows": flow}
+            yield {"ph": "s", "cat": FLOW_CAT, "name": "hand-off", "id": flow, "pid": spid, "tid": stid,
+                   "ts": leave, "args": {"request": r.index}}
+            yield {"ph": "f", "bp": "e", "cat": FLOW_CAT, "name": "hand-off", "id": flow, "pid": dpid,
+                   "tid": dtid, "ts": us(dst.launch), "args": {"request": r.index}}
+    meta.update(format=FORMAT, system=system, models=list(models), driver=driver, origin_perf_counter_s=origin,
+                batches=len(batches), requests=len(requests), handoff_flows=flow)
     if log is not None:
         meta.update(trace_max_batches=log.cap, capped=log.capped())
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"tokenrouter": meta}}
 
 
 def batch_args(b: BatchRecord, models: list[str]) -> dict[str, Any]:
