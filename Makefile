@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
+.PHONY: venv demo test rehearse lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow --ignore=tests/runtime/test_http_lm_eval.py --ignore=tests/runtime/test_bench_tools.py \
 		--ignore=tests/evals/test_bench_launchers_cluster.py --ignore=tests/baselines/test_sglang_baselines.py \
 		--ignore=tests/baselines/test_http_model.py
+
+# Every shipped experiment and every command of docs/reproduce.md rehearsed on this CPU (`tokenrouter
+# rehearse`: tiny stand-ins of the same architecture, bench's own code path; ~20 min on 2 cores); CI runs it.
+rehearse: $(STAMP)
+	$(PY) -m pytest -q -m rehearsal tests/test_cli_rehearse.py tests/test_docs.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -28,6 +28,7 @@ from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_a
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
+from tokenrouter.engine.remote import RemoteEngine
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
 from tokenrouter.generation import GenerationRequest, GenerationResult
@@ -74,8 +75,10 @@ class _ModelStats(ModelCounters):
 class LockstepSystem(ServingSystem):
     """Lock-step token-level routing over in-process engines (see the module docstring)."""
 
-    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig) -> None:
+    def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig,
+                 engine_processes: str = "auto") -> None:
         self.specs = list(models)
+        self.engine_processes = engine_processes
         self.model_names = [m.name for m in models]
         self.algorithm_spec = algorithm
         self.runtime = runtime
@@ -101,7 +104,7 @@ class LockstepSystem(ServingSystem):
         self.algorithms = [build_algorithm(self.algorithm_spec.name, i, self.model_names, self.algorithm_spec.params)
                            for i in range(len(self.specs))]
         self.specs = await asyncio.to_thread(prepare_models, self.specs)
-        self.engines = await asyncio.to_thread(lambda: [build_engine(s) for s in self.specs])
+        await asyncio.to_thread(self._build_engines)
         for algo, engine in zip(self.algorithms, self.engines, strict=True):
             algo.bind(engine)
         self._budgets = [KVBudget(e.tokens_free() + e.tokens_used(), s.page_size)
@@ -109,6 +112,17 @@ class LockstepSystem(ServingSystem):
         self._loop = asyncio.get_running_loop()
         self._driver = threading.Thread(target=self._drive, name="lockstep-driver", daemon=True)
         self._driver.start()
+
+    def _build_engines(self) -> None:
+        """Every model's engine, each peer in a process of its own where `own_processes` says so; a failed
+        build closes what was built (a live engine would keep its GPU memory from the sweep's next job)."""
+        where = own_processes(self.specs, self.engine_processes)
+        try:
+            for spec, own in zip(self.specs, where, strict=True):
+                self.engines.append(RemoteEngine(spec) if own else build_engine(spec))
+        except BaseException:
+            close_engines(self.engines)
+            raise
 
     async def close(self) -> None:
         if self._closed:
@@ -375,8 +389,23 @@ class LockstepSystem(ServingSystem):
         )
 
 
+ENGINE_PROCESSES = ("auto", "shared", "own")
+
+
+def own_processes(specs: list[ModelSpec], mode: str = "auto") -> list[bool]:
+    """Per model, whether its engine runs in a process of its own (engine/remote.py). The entry model is always
+    the driver's (its router reads its hidden states, logits and embedding every step). `auto`: a peer on the
+    sglang engine gets its own (SGLang allows one engine per process), others share the driver's; `shared` /
+    `own`: every peer in the driver's process / in its own."""
+    if mode not in ENGINE_PROCESSES:
+        raise UserError(f"system.engine_processes must be one of {ENGINE_PROCESSES}, got {mode!r}")
+    return [i > 0 and (mode == "own" or (mode == "auto" and s.engine == "sglang")) for i, s in enumerate(specs)]
+
+
 def from_setup(setup: SystemSetup) -> LockstepSystem:
-    setup.unknown_fields(set())
+    setup.unknown_fields({"engine_processes"})
     if len(setup.models) < 2:
         raise UserError("system=lockstep needs at least two models (use system=single for one)")
-    return LockstepSystem(setup.models, setup.algorithm, setup.runtime)
+    mode = str(setup.system.get("engine_processes", "auto"))
+    own_processes(setup.models, mode)  # a bad value: one line now, before anything loads
+    return LockstepSystem(setup.models, setup.algorithm, setup.runtime, mode)

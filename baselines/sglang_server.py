@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenrouter.config import ModelSpec
-from tokenrouter.engine.sglang_args import server_env, server_kv_flags
+from tokenrouter.engine.sglang_args import rank_placement, server_env, server_kv_flags
 from tokenrouter.engine.sglang_engine import CPU_SHIM, SGLANG_VERSION
 from tokenrouter.errors import UserError
 
@@ -91,8 +91,10 @@ def sglang_command(spec: ModelSpec, model_path: str, port: int, seed: int, hidde
         env["PYTHONPATH"] = str(CPU_SHIM)  # SGLang's CPU rotary path imports vllm._custom_ops (never called)
         if spec.threads:
             env["OMP_NUM_THREADS"] = str(spec.threads)
-    elif not spec.cuda_graph:
-        cmd += ["--disable-cuda-graph"]
+    else:  # its ranks on consecutive GPUs from the model's own (cuda:K -> K..K+tp-1), as our engines place them
+        cmd += ["--base-gpu-id", str(rank_placement(spec, 0).base_gpu_id)]
+        if not spec.cuda_graph:
+            cmd += ["--disable-cuda-graph"]
     cmd += server_kv_flags(spec)  # a fraction alone, or the planned tokens: never both (SGLang takes the minimum)
     env.update(server_env(spec))
     if hidden_states:

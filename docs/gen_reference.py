@@ -196,6 +196,14 @@ def results_page() -> str:
     return "".join(parts)
 
 
+def _main_file(folder: Path) -> str:
+    """What a results folder opens with: its report.html, else its own table (`<folder>.md` / `.csv`)."""
+    for name in ("report.html", f"{folder.name}.md", f"{folder.name}.csv"):
+        if (folder / name).is_file():
+            return name
+    return sorted(p.name for p in folder.iterdir() if p.is_file())[0]
+
+
 def committed_results_page() -> str:
     """results/: what each committed reference folder holds and its tables, as the site's results page."""
     import pandas as pd
@@ -204,8 +212,10 @@ def committed_results_page() -> str:
 
     results = ROOT / "results"
     intro = (results / "README.md").read_text().split("\n", 1)[1].strip()
-    for folder in sorted(p.name for p in results.iterdir() if p.is_dir()):
-        intro = intro.replace(f"| `{folder}/` |", f"| [`{folder}/`](../../results/{folder}/) |")
+    for folder in sorted(p.name for p in results.iterdir() if p.is_dir()):  # a file, not a folder: the site
+        # serves no folder listing (docs/hooks/out_of_docs.py copies results/ into it)
+        main = _main_file(results / folder)
+        intro = intro.replace(f"| `{folder}/` |", f"| [`{folder}/`](../../results/{folder}/{main}) |")
     parts = [HEADER, "# Committed results\n\n", intro, "\n"]
     demo = results / "demo"
     title, summary = (demo / "demo.md").read_text().split("\n## ", 1)[0].split("\n", 1)

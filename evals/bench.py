@@ -40,6 +40,7 @@ from typing import IO, Any
 
 from evals import run_record
 from evals.metrics import SLO_METRICS
+from evals.preconditions import start_problems
 from evals.provenance import provenance
 from evals.systems import build_system
 from tokenrouter import event_loop
@@ -247,6 +248,9 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
     slo = slo_config(cfg)
     warmup = int_at_least(cfg.get("warmup_requests", 0), "warmup_requests", 0)
     specs = {m.name: m for m in model_specs(cfg.models)}
+    problems = start_problems(cfg)
+    if problems:
+        raise UserError(problems[0])
     system = build_system(cfg)
     workload_name, prep = prepare(cfg, specs[system.model_names[0]])
     clients = concurrency if arrival == "closed_loop" else len(prep.requests)

@@ -34,7 +34,7 @@ def test_pareto_sweep_and_impossible_settings(capsys: pytest.CaptureFixture) -> 
     assert main(["plan", "models=qwen3-0.6b-32b", "models.engine=torch", "--gpus", "2", "--gpu-memory-gib", "24"]) == 2
     assert "model 'large' does not fit cuda:0: 30.5 GiB of weights" in capsys.readouterr().err
     assert main(["plan", "models=qwen3-0.6b-32b", "--gpus", "2", "--gpu-memory-gib", "24"]) == 2  # sglang: 3 GiB
-    assert "model 'small' does not fit cuda:0: 1.4 GiB of weights and a 3.0 GiB reserve" in capsys.readouterr().err
+    assert "model 'small' does not fit cuda:0: 1.4 GiB of weights and a 3.2 GiB reserve" in capsys.readouterr().err
     assert main(["plan", "models=qwen3-0.6b-32b"]) == 2  # no GPU here and none described
     assert "pass --gpus N --gpu-memory-gib G" in capsys.readouterr().err
     assert main(["plan", "--gpus", "2"]) == 2
@@ -88,3 +88,12 @@ def test_the_bench_plans_before_it_downloads(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(UserError, match="placed on cuda:0, which this machine does not have"):
         prepare_models([spec])  # this machine has no GPU
     assert fetched == []
+
+
+def test_all_at_once_plans_by_the_requests_in_flight(capsys: pytest.CaptureFixture) -> None:
+    # AMC23's Pareto setting sends every request at t=0: the plan says how many of them the KV holds at once
+    argv = ["plan", "+experiment=pareto_amc23_setup", "--gpus", "8", "--gpu-memory-gib", "80"]
+    assert main(argv) == 0
+    assert "note: small's KV holds 68,812 tokens: about 8 requests of 8,192 new tokens in flight" in capsys.readouterr().out
+    assert main([*argv, "workload.limit=40"]) == 0
+    assert "less than 40 in flight (all at once) x 8,192 new tokens: about 8 run at once" in capsys.readouterr().out

@@ -153,10 +153,80 @@ def test_reference_pages_are_generated_from_the_code() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_the_docs_site_builds_in_strict_mode(tmp_path: Path) -> None:
+def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:
+    """`mkdocs build --strict` as `make docs` runs it (no -q: quiet mode hides the warnings strict counts)."""
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+
+
+LINK = re.compile(r'(?:href|src)="([^"#?]+)[^"]*"')
+
+
+def dead_links(site: Path) -> list[str]:
+    """Every relative href / src of the built site whose target is not in it (`page -> target`)."""
+    dead = []
+    for page in site.rglob("*.html"):
+        for target in LINK.findall(page.read_text(errors="replace")):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("//"):
+                continue  # http:, mailto:, data: ... (the site is offline-checked only for its own files)
+            path = (site / target.lstrip("/")) if target.startswith("/") else page.parent / target
+            if not (path.is_file() or (path / "index.html").is_file()):
+                dead.append(f"{page.relative_to(site)} -> {target}")
+    return dead
+
+
+def test_the_docs_site_builds_in_strict_mode_and_every_link_leads_somewhere(tmp_path: Path) -> None:
     pytest.importorskip("mkdocs")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
-                           "-d", str(tmp_path / "site")], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert done.returncode == 0, done.stderr
+    done = build_site(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode == 0 and "WARNING" not in done.stderr, done.stderr
     assert (tmp_path / "site" / "add_an_algorithm" / "index.html").is_file()
+    assert (tmp_path / "site" / "results" / "demo" / "report.html").is_file()  # copied in by docs/hooks
+    assert dead_links(tmp_path / "site") == []
+
+
+def test_a_broken_link_fails_the_docs_check(tmp_path: Path) -> None:
+    pytest.importorskip("mkdocs")
+    import shutil
+
+    for name in ("docs", "results", "conf/experiment", "README.md", "mkdocs.yml"):  # the site's sources
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
+    page = tmp_path / "docs" / "quickstart.md"
+    page.write_text(page.read_text() + "\n[gone](missing.md) and [also gone](../nowhere/file.txt)\n")
+    assert build_site(tmp_path / "mkdocs.yml", tmp_path / "site").returncode == 0  # mkdocs: info level only...
+    assert dead_links(tmp_path / "site") == ["quickstart/index.html -> missing.md",  # ...the crawl finds both
+                                             "quickstart/index.html -> ../nowhere/file.txt"]
+
+
+def reproduce_bench_commands() -> list[str]:
+    """Every `tokenrouter bench ...` command docs/reproduce.md gives (table cells and shell blocks)."""
+    text = (ROOT / "docs" / "reproduce.md").read_text()
+    found = re.findall(r"`(tokenrouter bench [^`]+)`", text) + re.findall(r"^(tokenrouter bench .+)$", text, re.M)
+    return list(dict.fromkeys(found))
+
+
+def test_reproduce_commands_plan_on_the_papers_gpus(capsys: pytest.CaptureFixture) -> None:
+    """Each bench command of docs/reproduce.md composes and plans on 8 x 80 GiB GPUs (the rehearsal, which runs
+    them, is `make rehearse`); on the torch engine here, where SGLang is not installed."""
+    from tokenrouter.cli import main
+
+    commands = reproduce_bench_commands()
+    assert len(commands) >= 9
+    for command in commands:
+        argv = [*shlex.split(command)[2:], "models.engine=torch", "--gpus", "8", "--gpu-memory-gib", "80"]
+        assert main(["plan", *argv]) == 0, (command, capsys.readouterr().err)
+
+
+@pytest.mark.rehearsal
+@pytest.mark.parametrize("command", reproduce_bench_commands())
+def test_reproduce_commands_rehearse(command: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """docs/reproduce.md's commands as written, `bench` -> `rehearse` (the torch engine where SGLang is not
+    installed): no job FAILED; a job a CPU cannot run says which step."""
+    import importlib.util
+
+    from tokenrouter.cli import main
+
+    argv = shlex.split(command)[2:] + ([] if importlib.util.find_spec("sglang") else ["models.engine=torch"])
+    code = main(["rehearse", *argv, "--out", str(tmp_path)])
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("job ")]
+    assert code == 0 and lines and not [ln for ln in lines if " FAILED " in ln], lines

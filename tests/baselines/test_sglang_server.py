@@ -26,6 +26,11 @@ def test_cpu_command_has_the_flags_that_make_sglang_usable_on_cpu(tmp_path) -> N
     gpu, _ = sglang_command(ModelSpec(name="g", source="x", device="cuda:0", tp=2, cuda_graph=False), "/m", 1, 0,
                             False, SGLangServerOptions(python=str(py)))
     assert "--tp-size 2" in " ".join(gpu) and "--disable-cuda-graph" in gpu and "--device" not in gpu
+    assert "--base-gpu-id 0" in " ".join(gpu)
+    # each server on its model's own GPUs (a three-model set: 0.6B on cuda:0, 8B on cuda:1, 32B on cuda:2..3)
+    third, _ = sglang_command(ModelSpec(name="xl", source="x", device="cuda:2", tp=2), "/m", 1, 0, False,
+                              SGLangServerOptions(python=str(py)))
+    assert "--base-gpu-id 2" in " ".join(third)
 
 
 def test_refusals_are_one_line() -> None:

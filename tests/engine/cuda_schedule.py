@@ -1,6 +1,7 @@
 """The GPU tests' step schedule, importable by a child process too (`python cuda_schedule.py SPEC_JSON` builds
-that engine, runs the schedule and prints its tokens as JSON): SGLang keeps process-wide state, so a second
-sglang engine runs in a process of its own."""
+that engine, runs the schedule and prints its tokens as JSON; `--kill-a-rank` then kills a TP rank and prints the
+next step's failure): SGLang keeps process-wide state, so every sglang engine but one runs in a process of its
+own."""
 
 from __future__ import annotations
 
@@ -29,9 +30,28 @@ def run_schedule(engine) -> list[list[int]]:
     return outs + [[again]]
 
 
+def kill_a_rank(engine) -> str:
+    """Kill rank 1 of a TP engine mid-run; the next step's failure, as text (an EngineFailure, not a hang)."""
+    import os
+    import signal
+
+    from tokenrouter.engine.base import EngineFailure
+
+    engine.step([StepItem("x", [1, 2, 3])])
+    os.kill(engine.procs[0].pid, signal.SIGKILL)
+    engine.procs[0].wait(30)
+    try:
+        engine.step([StepItem("x", [4])])
+    except EngineFailure as exc:
+        return f"EngineFailure: {exc}"
+    return "no failure"
+
+
 if __name__ == "__main__":
     engine = build_engine(ModelSpec.from_dict(json.loads(sys.argv[1])))
     try:
         print(json.dumps(run_schedule(engine)))
+        if "--kill-a-rank" in sys.argv:
+            print(json.dumps(kill_a_rank(engine)))
     finally:
         engine.close()

@@ -120,6 +120,8 @@ def test_engine_turns_prefill_graphs_off_and_counts_decode_replays_only() -> Non
     args = engine_server_args(spec, "/models/m", 1, cuda_graph=True)
     assert args["disable_prefill_cuda_graph"] is True and args["disable_cuda_graph"] is False
     assert args["max_total_tokens"] == 4096 and args["base_gpu_id"] == 1 and args["device"] == "cuda"
+    # a bounded request table (outside the KV pool) and SGLang's collectives bounded like ours
+    assert args["max_running_requests"] == 512 and args["dist_timeout"] == 300
     cpu = engine_server_args(ModelSpec(name="m", source="x", engine="sglang"), "/m", 0, cuda_graph=False)
     assert cpu["attention_backend"] == "torch_native" and cpu["device"] == "cpu"
     assert [decode_graph_replay(d, g) for d, g in ((True, True), (False, True), (True, False))] == [True, False, False]

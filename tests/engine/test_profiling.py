@@ -104,6 +104,9 @@ def test_the_cache_key_says_which_models_share_the_device(tmp_path, monkeypatch,
     assert profile_at_startup(engine, alone, 0, 2, tmp_path) == first and len(calls) == 1  # cached
     profile_at_startup(engine, shared, 0, 2, tmp_path)
     assert len(calls) == 2 and len(list(tmp_path.glob("*.json"))) == 2
+    # a TP 2 job of the same model is not a TP 1 one (every engine: its steps are sharded and synchronised)
+    profile_at_startup(engine, [{**small, "tp": 2}, alone[1]], 0, 2, tmp_path)
+    assert len(calls) == 3 and len(list(tmp_path.glob("*.json"))) == 3
     # a 2048-token pool cannot hold batch 2 at 2048 or 8192: the longest context it can is measured instead
     assert set(first["contexts_skipped"]) == {"2048", "8192"}
     base, cap = (int(c) for c in first["decode_ms_by_context"])

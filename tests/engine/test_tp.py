@@ -121,6 +121,36 @@ def test_a_failure_after_the_broadcast_fails_the_engine_and_a_bad_item_fails_bef
         engine.close()
 
 
+def test_rank0s_gpu_is_the_current_device_of_every_thread_that_steps_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rank 0 starts in a helper thread and is stepped from another (the subserver's main thread, lock-step's
+    driver); CUDA's current device is per thread. On CPU the engine has none: given one, each stepping thread
+    sets it once, before the step reaches the ranks."""
+    import threading
+
+    engine = build_engine(_spec("tiny-random:small", 2))
+    bound: list[tuple[str, int]] = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: bound.append((d, threading.get_ident())))
+    try:
+        assert engine.cuda_device is None
+        engine.step([StepItem("a", [1, 2, 3])])
+        assert bound == []  # a CPU group binds nothing
+        engine.cuda_device = "cuda:3"  # as for a model placed on cuda:3
+
+        def driver() -> None:
+            engine.step([StepItem("b", [4, 5])])
+            engine.truncate("b", 1)
+            engine.release("b")
+
+        thread = threading.Thread(target=driver)
+        thread.start()
+        thread.join()
+        engine.step([StepItem("a", [6])])
+        assert [d for d, _ in bound] == ["cuda:3", "cuda:3"]  # once per thread
+        assert len({t for _, t in bound}) == 2 and threading.get_ident() in {t for _, t in bound}
+    finally:
+        engine.close()
+
+
 def test_an_sglang_group_is_refused_on_cpu_before_any_rank_starts(tmp_path) -> None:
     """engine=sglang with tp > 1 goes through the same rank-0 orchestration (build_engine -> TensorParallelEngine);
     SGLang's collectives need CUDA, so on CPU it stops with one line before spawning a rank, and a rank told to

@@ -152,8 +152,9 @@ def test_a_failed_optuna_trial_ends_the_search_in_one_line(tmp_path: Path, capsy
     assert main(["bench", "-m", *SIM, "algorithm=r2r", "hydra/sweeper=optuna_pareto", "objective=[throughput_tok_s]",
                  "algorithm.threshold=interval(0.1,0.9)", "hydra.sweeper.n_trials=2", f"hydra.sweep.dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
-    assert err.strip().splitlines()[-1] == ("tokenrouter bench: error: r2r: no router given; set algorithm.router=PATH "
-                                            "(train one with `tokenrouter train-router --algorithm r2r`)")
+    assert err.strip().splitlines()[-1] == (
+        "tokenrouter bench: error: algorithm r2r routes by a trained router and none is named: set "
+        "algorithm.router=PATH (`tokenrouter train-router --algorithm r2r`) or the model set's routers.r2r")
     assert "Traceback" not in err
 
 

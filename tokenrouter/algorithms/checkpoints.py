@@ -156,6 +156,27 @@ def _is_pickle(path: Path) -> bool:
     return False
 
 
+def save_official(net: R2RRouter, path: Path, threshold: float, pretrained: str = "") -> Path:
+    """Write `net` as the official R2R code's `save_model` does (a torch-saved dict, token embedding stripped),
+    so that code and ours read the same router; what `load_official` reads back."""
+    cfg = net.config
+    state = {k: v.detach().contiguous().cpu() for k, v in net.state_dict().items() if k != EMBEDDING_KEY}
+    ckpt = {
+        "model_type": "HiddenStatesTokenLMHeadLogitsClassifier",
+        "init_args": {"hidden_states_size": cfg.hidden_states_size, "logits_size": cfg.logits_size,
+                      "hidden_dims": list(cfg.hidden_dims), "expansion_factor": cfg.expansion_factor,
+                      "dropout_rate": cfg.dropout_rate, "use_position_embedding": False, "freeze_lm_head": True,
+                      "normalize_input": cfg.normalize_input, "pretrained_model_name": pretrained},
+        "common_args": {"threshold": threshold, "input_type": ["hidden_states", "token", "logits"]},
+        "model_specific_args": {},
+        "state_dict": state,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(ckpt, path)
+    return path
+
+
 def save_router(net: RouterNet, stem: Path, threshold: float, meta: dict[str, Any]) -> tuple[Path, Path]:
     """Write `<stem>.safetensors` + `<stem>.json`; returns both paths."""
     stem = Path(stem)

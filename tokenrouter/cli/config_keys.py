@@ -21,9 +21,10 @@ log = logging.getLogger(__name__)
 
 # top-level keys some part of tokenrouter reads, beyond those conf/config.yaml sets: optional ones, and those
 # experiment configs set for their own interpolations or labels
-OPTIONAL_TOP_LEVEL = ("sampling", "experiment_name", "ablation_variant", "variant", "point", "demo")
+OPTIONAL_TOP_LEVEL = ("sampling", "experiment_name", "ablation_variant", "variant", "point", "demo", "tp_layout",
+                      "layouts")
 CHECKED_WHERE_READ = ("runtime", "sampling", "slo", "algorithm", "system", "hydra")
-MODEL_SET_KEYS = ("name", "members", "engine", "mem_fraction", "routers", "description")
+MODEL_SET_KEYS = ("name", "members", "engine", "routers")
 
 
 def check_added_keys(overrides: Iterable[str], cfg: Any, is_group: Callable[[str], bool]) -> None:
@@ -46,7 +47,7 @@ def check_added_keys(overrides: Iterable[str], cfg: Any, is_group: Callable[[str
             raise UserError(unknown_key(key, [f"server.{k}" for k in _keys(cfg, "server", key)]))
         if parts[0] == "models" and len(parts) == 2 and parts[1] not in MODEL_SET_KEYS:
             raise UserError(unknown_key(key, [f"models.{k}" for k in MODEL_SET_KEYS]))
-        if parts[0] == "workload" and len(parts) > 1:
+        if parts[0] == "workload" and len(parts) > 1 and override.is_add():  # `++`: set, whether there or not
             log.warning("+%s: workload %s's config has no such key; only a loader of your own reads it",
                         key, _name(cfg, "workload"))
 

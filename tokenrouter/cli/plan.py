@@ -63,6 +63,7 @@ class JobPlan:
 
 
 def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
+    from evals.preconditions import missing_packages, start_problems
     from tokenrouter.config import model_specs
     from tokenrouter.engine.memory_plan import cuda_totals, demand, model_size, plan_memory, planned_models
 
@@ -74,6 +75,11 @@ def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
     if cuda and not devices:
         return JobPlan("\n".join(lines), "this machine has no CUDA device: pass --gpus N --gpu-memory-gib G to "
                                          "check the plan for a GPU node")
+    problems = start_problems(cfg, here=totals is None)
+    if problems:
+        return JobPlan("\n".join(lines), problems[0])
+    if totals is not None:  # a node described by --gpus: its environment, not this one, must have them
+        lines += [f"  note: {p}" for p in missing_packages(cfg)]
     sizes = {s.name: model_size(s) for s in specs if s.engine != "sim"}
     demands = [demand(s, sizes[s.name].numel, sizes[s.name].config) for s in cuda]
     try:
@@ -112,12 +118,27 @@ def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
     return JobPlan("\n".join(lines), None)
 
 
+def in_flight(cfg: Any) -> tuple[int | None, str]:
+    """How many requests can be in flight at once, and what says so: N clients in a closed loop; with
+    `arrival: all_at_once` every request of the workload (its limit or size when the config gives one)."""
+    if cfg.get("arrival", "closed_loop") != "all_at_once":
+        n = cfg.get("concurrency")
+        return (n if isinstance(n, int) else None), "N"
+    workload = cfg.workload
+    for key in ("limit", "num_problems", "num_requests"):
+        value = workload.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value, "all at once"
+    return None, "all at once"
+
+
 def short_kv_warnings(cfg: Any, specs: list, kv: dict[str, int], demands: dict) -> list[str]:
-    """A model whose planned KV cannot hold N requests' outputs (concurrency x max_new_tokens, prompts not
-    counted) would queue requests for KV: the run is valid but not the setting it says it is."""
-    n = cfg.get("concurrency")
+    """A model whose planned KV cannot hold every in-flight request's outputs (in flight x max_new_tokens,
+    prompts not counted) would queue requests for KV: the run is valid but not the setting it says it is.
+    Admission reserves each request's worst case on every model it may visit."""
+    n, what = in_flight(cfg)
     new_tokens = cfg.workload.get("max_new_tokens")
-    if not isinstance(n, int) or not isinstance(new_tokens, int):
+    if not isinstance(new_tokens, int):
         return []
     out = []
     for spec in specs:
@@ -125,9 +146,14 @@ def short_kv_warnings(cfg: Any, specs: list, kv: dict[str, int], demands: dict) 
         if d is None or spec.name not in kv:
             continue
         tokens = kv[spec.name] // d.kv_bytes_per_token
-        if tokens < n * new_tokens:
-            out.append(f"  warning: {spec.name}'s KV holds {tokens:,} tokens, less than N={n} x {new_tokens:,} new "
-                       "tokens: requests will queue for KV (raise its mem_fraction, tp, or use more devices)")
+        fits = tokens // new_tokens
+        if n is None and what == "all at once":
+            out.append(f"  note: {spec.name}'s KV holds {tokens:,} tokens: about {fits} requests of {new_tokens:,} "
+                       "new tokens in flight at once (arrival all_at_once: the rest queue for KV)")
+        elif n is not None and tokens < n * new_tokens:
+            out.append(f"  warning: {spec.name}'s KV holds {tokens:,} tokens, less than {n} in flight ({what}) x "
+                       f"{new_tokens:,} new tokens: about {fits} run at once, the rest queue for KV (raise its "
+                       "mem_fraction, tp, or use more devices)")
     return out
 
 

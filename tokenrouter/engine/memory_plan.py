@@ -46,7 +46,8 @@ class Demand:
 # NCCL buffers for TP groups. Activations on top: a prefill chunk of max_step_tokens through the MLP of a
 # 32B model is ~0.4 GiB per tensor; SGLang's decode CUDA graphs keep their own pool.
 CONTEXT_RESERVE = 1 * GIB
-ACTIVATION_RESERVE = {"torch": 1 * GIB, "sglang": 2 * GIB}
+# sglang: activations and its request table, (MAX_RUNNING_REQUESTS + 1) x (context + 4) int32 (0.25 GiB at 128k)
+ACTIVATION_RESERVE = {"torch": 1 * GIB, "sglang": 2 * GIB + GIB // 4}
 NCCL_RESERVE = GIB // 2  # tp > 1
 
 

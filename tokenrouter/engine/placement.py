@@ -7,6 +7,9 @@ import socket
 
 from tokenrouter.config import ModelSpec
 
+# a rank that stops answering fails the group's next collective after this long (our commands and, on the sglang
+# engine, SGLang's own groups: its default would leave rank 0 waiting for hours on a rank that died mid-forward)
+COLLECTIVE_TIMEOUT_S = 300
 
 def rank_device(spec: ModelSpec, rank: int) -> str:
     """CPU ranks share the host; GPU ranks take consecutive devices from the model's own (cuda:K -> K + rank)."""

@@ -230,9 +230,11 @@ def profile_at_startup(engine: Engine, models: list[dict[str, Any]], index: int,
         raise UserError(f"model {spec_fields.get('name')!r}: latency_profile auto needs {need} free KV tokens "
                         f"to profile, the pool has {free}; raise kv_tokens or give a `tokenrouter profile` JSON")
     plan = plan_contexts(list(AUTO_CONTEXTS), sizes, AUTO_STEPS, AUTO_EXTEND, free, page, engine.max_positions)
-    key_fields = [spec_fields.get(k) for k in ("source", "engine", "dtype", "device", "threads", "sim")]
-    if spec_fields.get("engine") == "sglang":  # CUDA graphs and TP change SGLang's step times
-        key_fields += [spec_fields.get("cuda_graph"), spec_fields.get("tp")]
+    # TP changes every engine's step times (a torch TP 2 job must not reuse a TP 1 profile); CUDA graphs SGLang's
+    key_fields = [spec_fields.get(k, 1 if k == "tp" else None)
+                  for k in ("source", "engine", "dtype", "device", "threads", "sim", "tp")]
+    if spec_fields.get("engine") == "sglang":
+        key_fields.append(spec_fields.get("cuda_graph"))
     key = json.dumps([key_fields, _device_name(engine), sizes, plan.contexts, AUTO_STEPS, AUTO_EXTEND,
                       AUTO_BUDGET_S, sharing_members(models, index)], sort_keys=True, default=str)
     path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.json"

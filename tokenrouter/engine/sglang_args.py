@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenrouter.config import ModelSpec
-from tokenrouter.engine.placement import rank_device
+from tokenrouter.engine.placement import COLLECTIVE_TIMEOUT_S, rank_device
 
 PLANNED_MEM_FRACTION = 0.98  # with a planned max_total_tokens: high enough that SGLang's fraction cap never binds
 TP_BALANCE_ENV = "SGLANG_ENABLE_TP_MEMORY_INBALANCE_CHECK"
@@ -64,6 +64,9 @@ def rank_placement(spec: ModelSpec, rank: int) -> RankPlacement:
     return RankPlacement(world_rank=rank, gpu_id=index(rank_device(spec, rank)), base_gpu_id=index(spec.device))
 
 
+MAX_RUNNING_REQUESTS = 512  # requests one sglang engine holds at once (parked ones included); more wait for a row
+
+
 def engine_server_args(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph: bool) -> dict[str, Any]:
     """ServerArgs for the sglang engine's ModelRunner (one runner per subserver or TP rank, no scheduler);
     `gpu_id`: the model's first GPU (every rank passes the same; its own GPU is in its RankPlacement)."""
@@ -75,6 +78,10 @@ def engine_server_args(spec: ModelSpec, model_path: str, gpu_id: int, cuda_graph
         "disable_cuda_graph": not cuda_graph,
         "disable_prefill_cuda_graph": True,  # see the module docstring
         "return_hidden_states_mode": "last",  # CUDA graphs capture the last hidden state our routers read
+        # its request table is (rows + 1) x (context + 4) int32 per process, outside the KV pool: unset, SGLang
+        # takes 2048-4096 rows (0.3-0.7 GiB at Qwen3's 40k context); a row per request held here is plenty
+        "max_running_requests": MAX_RUNNING_REQUESTS,
+        "dist_timeout": COLLECTIVE_TIMEOUT_S,  # a rank dead inside a forward fails rank 0's collective in minutes
         **kv_sizing(spec),
     }
 

@@ -43,14 +43,13 @@ from tokenrouter.engine.base import (
     StepOutput,
     StepOutputs,
 )
-from tokenrouter.engine.placement import rank_device, rank_env, rank_ports
+from tokenrouter.engine.placement import COLLECTIVE_TIMEOUT_S, rank_device, rank_env, rank_ports
 from tokenrouter.errors import UserError, first_line
 
 if TYPE_CHECKING:
     from tokenrouter.engine.torch_engine import TorchEngine
 
 T = TypeVar("T")
-COLLECTIVE_TIMEOUT_S = 300.0  # a rank that stops answering fails the step after this long
 STEP, RELEASE, TRUNCATE, CLOSE = 1, 2, 3, 4
 
 
@@ -159,6 +158,10 @@ class TensorParallelEngine(Engine):
         self.group: Any = None
         self.broken = False  # a broadcast call failed on rank 0: the group is out of step
         self.name = spec.name
+        # CUDA's current device is per thread, and rank 0 starts in a helper thread while the subserver (or
+        # lock-step's driver) steps it in another; SGLang builds per-step tensors on the bare "cuda" device
+        self.cuda_device = rank_device(spec, 0) if spec.device.startswith("cuda") else None
+        self._bound_threads: set[int] = set()
         store = str(self._dir / "store")
         ports = rank_ports(spec.engine)
         try:
@@ -214,13 +217,22 @@ class TensorParallelEngine(Engine):
             self.broken = True
             raise EngineFailure(f"model {self.name!r}: tensor-parallel group failed: {exc}") from None
 
+    def bind_thread(self) -> None:
+        """Make rank 0's GPU the current CUDA device of the calling thread (once per thread)."""
+        thread = threading.get_ident()
+        if self.cuda_device is not None and thread not in self._bound_threads:
+            torch.cuda.set_device(self.cuda_device)
+            self._bound_threads.add(thread)
+
     def step(self, items: list[StepItem], outputs: StepOutputs = ALL_STEP_OUTPUTS) -> StepOutput:
+        self.bind_thread()
         if items:
             self.inner.check_step(items)  # a bad request fails here, alone, before any rank has seen the step
         self._broadcast([STEP, items_to_wire(items)])
         return self._mirrored("step", lambda: self.inner.step(items, outputs))
 
     def release(self, rid: str) -> None:
+        self.bind_thread()
         if self.inner.holds(rid):  # the runtime releases ids it never stepped too: no broadcast for those
             self._broadcast([RELEASE, rid])
             self._mirrored("release", lambda: self.inner.release(rid))
@@ -228,6 +240,7 @@ class TensorParallelEngine(Engine):
             self.inner.release(rid)
 
     def truncate(self, rid: str, length: int) -> None:
+        self.bind_thread()
         self._broadcast([TRUNCATE, rid, length])
         self._mirrored("truncate", lambda: self.inner.truncate(rid, length))
 

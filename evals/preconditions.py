@@ -1,0 +1,65 @@
+"""What must hold for a job to start, decided from its config alone: `plan` and `rehearse` refuse the same jobs.
+
+Why: each of these was found on a job that `plan` called fit and that would have stopped at start on the GPU
+node (a learned algorithm with no router, an R2R router beside a vocabulary sharded over TP ranks, an engine or
+baseline whose package this Python environment lacks). They are pure functions of the composed
+config (and of what is importable here), so they cost nothing and run before anything is built.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from tokenrouter.config import ModelSpec, model_specs
+
+SGLANG_HOW = "make sglang-venv, then run from .venv-sglang"
+# algorithms whose router reads the entry model's input embedding (R2R embeds the predicted token)
+EMBEDDING_ROUTERS = ("r2r",)
+# algorithms that route by a trained router network, which the job must name
+ROUTED_BY_A_NETWORK = ("r2r", "citer", "co_llm")
+OWN_ROUTING = ("single", "official_r2r", "query_routing")  # systems that never build the algorithm's router
+
+
+def start_problems(cfg: Any, here: bool = True) -> list[str]:
+    """Why the job `cfg` (a composed experiment config) cannot start, one line each; empty when it can. `here`:
+    it would start on this machine, so this Python environment's packages count (not for a node described by
+    `plan --gpus`: see `missing_packages`)."""
+    specs = model_specs(cfg.models)
+    system = str(cfg.system.name)
+    found = [_router_named(cfg, system), _sharded_embedding(cfg, specs)]
+    return [p for p in (*found, *(missing_packages(cfg) if here else [])) if p]
+
+
+def _router_named(cfg: Any, system: str) -> str | None:
+    name = str(cfg.algorithm.get("name"))
+    if name in ROUTED_BY_A_NETWORK and not cfg.algorithm.get("router") and system not in OWN_ROUTING:
+        return (f"algorithm {name} routes by a trained router and none is named: set algorithm.router=PATH "
+                f"(`tokenrouter train-router --algorithm {name}`) or the model set's routers.{name}")
+    return None
+
+
+def _sharded_embedding(cfg: Any, specs: list[ModelSpec]) -> str | None:
+    entry = specs[0]
+    if str(cfg.algorithm.get("name")) in EMBEDDING_ROUTERS and entry.engine == "sglang" and entry.tp > 1:
+        return (f"algorithm {cfg.algorithm.name}'s router reads model {entry.name!r}'s input embedding, which the "
+                f"sglang engine at tp={entry.tp} shards over its ranks: give {entry.name!r} tp=1")
+    return None
+
+
+def missing_packages(cfg: Any) -> list[str]:
+    """What the job needs installed that this Python environment lacks, one line each."""
+    specs = model_specs(cfg.models)
+    system = str(cfg.system.name)
+    needs = []
+    if any(s.engine == "sglang" for s in specs):
+        needs.append(("sglang", "engine sglang", SGLANG_HOW))
+    if system.endswith("_sglang") or cfg.system.get("server") == "sglang":
+        needs.append(("sglang", f"system {system} (SGLang servers)", SGLANG_HOW))
+    if system.startswith("query_routing"):
+        needs.append(("routellm", f"system {system}", "pip install '.[routellm]'"))
+    missing = {}
+    for module, what, how in needs:
+        if importlib.util.find_spec(module) is None:
+            missing.setdefault(module, f"{what} needs {module}, which this Python environment lacks ({how})")
+    return list(missing.values())

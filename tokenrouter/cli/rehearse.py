@@ -1,0 +1,188 @@
+"""`tokenrouter rehearse [-m] [OVERRIDES...] [--gpus N --gpu-memory-gib G]`: every job of a GPU experiment,
+planned for the GPUs given and then RUN on this CPU through bench's own code path, with stand-ins for what a
+CPU cannot hold.
+
+Why: reading the GPU path against the dependencies' source found jobs that would stop on the first GPU node
+four times over; most of them fail on a CPU too when the same config runs through the same code with tiny
+models. Each job is composed as `bench` composes it, planned as `plan` plans it (same preconditions), then run
+by `bench`'s launcher into <out>/<job> with: each GPU member's checkpoint replaced by a tiny random model of the
+same architecture (tokenrouter/models/stand_in.py) on the CPU, each router that is not on disk by a random
+one in the official checkpoint layout, each Hub data set by a few rows in its columns, and a few requests and
+tokens. One line per job: REHEARSED, FAILED <why>, or NOT REHEARSED <the step a CPU cannot run> (everything
+before that step ran); the runs are collected into <out>/results.csv as a sweep's are; exit 1 on any FAILED.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenrouter.cli.args import ArgumentParser
+from tokenrouter.errors import UserError, first_line
+
+HELP = "run every job of an experiment on this CPU with tiny stand-in models, before a GPU node sees it"
+DEFAULT_GPUS, DEFAULT_GPU_GIB = 8, 80.0
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog="tokenrouter rehearse", description=HELP)
+    p.add_argument("-m", "--multirun", action="store_true", help="rehearse every job of the sweep")
+    p.add_argument("--gpus", type=int, default=None, help=f"plan for N GPUs (default {DEFAULT_GPUS})")
+    p.add_argument("--gpu-memory-gib", type=float, default=None,
+                   help=f"memory of each GPU in GiB (default {DEFAULT_GPU_GIB:g})")
+    p.add_argument("--requests", type=int, default=2, help="requests per job (default 2)")
+    p.add_argument("--tokens", type=int, default=8, help="new tokens per request (default 8)")
+    p.add_argument("--out", type=Path, default=Path("runs/rehearsal"), help="run dirs (default runs/rehearsal)")
+    p.add_argument("overrides", nargs="*", help="the same Hydra overrides as `tokenrouter bench`")
+    return p
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One job's outcome: REHEARSED, FAILED or NOT REHEARSED, and why."""
+
+    status: str
+    why: str = ""
+
+    def line(self, index: int, job: list[str], took_s: float) -> str:
+        shown = " ".join(o for o in job if not o.startswith("hydra.")) or "(defaults)"
+        return f"job {index} [{took_s:.0f}s] {self.status}{f' {self.why}' if self.why else ''}: {shown}"
+
+
+def cpu_cannot_run(cfg: Any) -> str | None:
+    """The one step of a job that needs a GPU node, or None when the whole job runs here."""
+    from tokenrouter.config import model_specs
+
+    for spec in model_specs(cfg.models):
+        if spec.engine == "sglang" and spec.tp > 1:
+            return f"SGLang's TP collectives (model {spec.name} at tp={spec.tp}: SGLang's TP needs CUDA)"
+    if cfg.system.name == "official_r2r":
+        return "thu-nics/R2R's own server (system official_r2r runs in R2R's environment)"
+    return None
+
+
+def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[str]:
+    """What replaces each GPU member, router and Hub data set of the job `cfg`, as overrides."""
+    from evals.stand_in_data import needs_stand_in, write_stand_in_rows
+    from tokenrouter.config import model_specs
+    from tokenrouter.models.stand_in import model_type, stand_in_path
+
+    overrides = []
+    specs = model_specs(cfg.models)
+    for i, spec in enumerate(specs):
+        if not spec.device.startswith("cuda"):
+            continue  # a CPU member runs as it is
+        source = stand_in_path(model_type(spec.source), spec.tp, seed=i)
+        member = f"models.members.{i}"
+        overrides += [f"++{member}.source={source}", f"++{member}.device=cpu", f"++{member}.dtype=float32",
+                      f"++{member}.mem_fraction=null", f"++{member}.threads=1", f"++{member}.kv_tokens=8192"]
+        if i == 0:
+            router = _stand_in_router(cfg, source, out)
+            if router is not None:
+                overrides.append(f"algorithm.router={router}")
+    if needs_stand_in(cfg.workload):
+        overrides.append(f"++workload.path={write_stand_in_rows(cfg.workload, requests, out / 'rows.jsonl')}")
+    return [*overrides, f"++workload.limit={requests}", f"++workload.max_new_tokens={tokens}",
+            "runtime.startup_timeout_s=300"]
+
+
+def _stand_in_router(cfg: Any, small: Path, out: Path) -> Path | None:
+    """A random router of the job's kind for the stand-in small model, where the job names a router that is not
+    on this machine (a Hub reference, a cluster path): R2R's in the official layout, others in ours."""
+    from evals.preconditions import OWN_ROUTING, ROUTED_BY_A_NETWORK
+
+    ref, kind = cfg.algorithm.get("router"), str(cfg.algorithm.name)
+    if kind not in ROUTED_BY_A_NETWORK or not ref or Path(str(ref)).expanduser().exists() \
+            or cfg.system.name in OWN_ROUTING:
+        return None
+    import json
+
+    import torch
+
+    from tokenrouter.algorithms.checkpoints import save_official, save_router
+    from tokenrouter.algorithms.routers import build_router
+
+    hidden = json.loads((small / "config.json").read_text())["hidden_size"]
+    torch.manual_seed(0)
+    if kind == "r2r":
+        vocab = json.loads((small / "config.json").read_text())["vocab_size"]
+        net = build_router("r2r", {"hidden_states_size": hidden, "vocab_size": vocab, "hidden_dims": [32, 32],
+                                   "expansion_factor": 2, "logits_size": 16})
+        return save_official(net, out / "router.pt", threshold=0.5, pretrained=str(ref))
+    net = build_router(kind, {"hidden_states_size": hidden, "hidden_dims": [] if kind == "co_llm" else [32]})
+    weights, _ = save_router(net, out / "router", 0.5, {})
+    return weights
+
+
+def rehearse_job(hydra: Any, job: list[str], out: Path, totals: dict[str, int], args: Any) -> Verdict:
+    """Compose, plan, check and run one job (see the module docstring)."""
+    from hydra.types import RunMode
+
+    from evals.preconditions import start_problems
+    from tokenrouter.cli.bench import JobFailure, _task, launch
+    from tokenrouter.cli.plan import plan_job
+
+    try:
+        cfg = hydra.compose_config("config", [*job, f"hydra.run.dir={out}"], run_mode=RunMode.RUN)
+        planned = plan_job(cfg, totals)
+        problems = [planned.problem] if planned.problem is not None else start_problems(cfg)  # + this venv's
+        if problems:
+            return Verdict("FAILED", f"plan: {problems[0]}")
+        gpu_only = cpu_cannot_run(cfg)
+        if gpu_only is not None:
+            return Verdict("NOT REHEARSED", gpu_only)
+        out.mkdir(parents=True, exist_ok=True)
+        stand_ins = stand_in_overrides(cfg, out, args.requests, args.tokens)
+        returned, _ = launch(hydra, [*job, *stand_ins, f"hydra.run.dir={out}"], False, _task)
+    except UserError as exc:
+        return Verdict("FAILED", str(exc))
+    except Exception as exc:  # noqa: BLE001 - whatever stops a job here would stop it on the GPU node
+        return Verdict("FAILED", f"{type(exc).__name__}: {first_line(exc)}")
+    done = returned.return_value
+    if isinstance(done, JobFailure):
+        return Verdict("FAILED", done.message)
+    return Verdict("REHEARSED")
+
+
+def run(argv: list[str]) -> int:
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from tokenrouter.cli.bench import JobFailure, _one_line, collect, hydra_app
+    from tokenrouter.cli.hydra_config import conf_dir
+    from tokenrouter.cli.plan import device_totals, sweep_jobs
+
+    args = _parser().parse_intermixed_args(argv)
+    if args.requests < 1 or args.tokens < 1:
+        raise UserError("--requests and --tokens must be >= 1")
+    gpus = args.gpus if args.gpus is not None else DEFAULT_GPUS
+    memory = args.gpu_memory_gib if args.gpu_memory_gib is not None else DEFAULT_GPU_GIB
+    totals = device_totals(gpus, memory)
+    out = args.out.resolve()
+    hydra = hydra_app(conf_dir())
+    start = time.perf_counter()
+    counts = {"REHEARSED": 0, "FAILED": 0, "NOT REHEARSED": 0}
+    failures = []
+    try:
+        jobs = sweep_jobs(hydra, args.overrides) if args.multirun else [args.overrides]
+        print(f"rehearsing {len(jobs)} job(s) on this CPU, planned for {gpus} x {memory:g} GiB GPUs, "
+              f"{args.requests} request(s) x {args.tokens} tokens each -> {out}", flush=True)
+        for i, job in enumerate(jobs):
+            began = time.perf_counter()
+            verdict = rehearse_job(hydra, job, out / str(i), totals, args)
+            counts[verdict.status] += 1
+            if verdict.status == "FAILED":
+                failures.append(JobFailure(str(out / str(i)), verdict.why, False))
+            print(verdict.line(i, job, time.perf_counter() - began), flush=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise UserError(_one_line(exc)) from None
+    finally:
+        GlobalHydra.instance().clear()
+    if out.is_dir():
+        collect(out, failures)
+    print(f"{counts['REHEARSED']} rehearsed, {counts['FAILED']} failed, {counts['NOT REHEARSED']} not rehearsed "
+          f"in {time.perf_counter() - start:.0f}s")
+    return 1 if counts["FAILED"] else 0
