@@ -7,12 +7,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: venv demo test rehearse lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
 
+# "-e" unless tokenrouter is installed in the venv non-editable (pip's direct_url.json says which)
+export EDITABLE_OR_NOT := import importlib.metadata as m, json; \
+  d = next(iter(m.distributions(name="tokenrouter")), None); \
+  u = json.loads((d.read_text("direct_url.json") or "{}") if d else "{}"); \
+  print("" if d and not u.get("dir_info", {}).get("editable") else "-e")
+
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch first: the CPU build of 2.13.0 lies on this machine's disk; elsewhere pip picks the platform build.
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[dev,routellm]"
+	# the kind of install already there is kept: a non-editable `pip install .` (the README's) stays one
+	$(PY) -m pip install -q $$($(PY) -I -c "$$EDITABLE_OR_NOT") ".[dev,routellm]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -119,3 +119,31 @@ def test_added_keys_that_are_read_pass() -> None:
     groups = {"experiment"}.__contains__
     check_added_keys(["+experiment=table3", "+sampling.temperature=0.5", "+system.model=small",
                       "+hydra.job.env_set.X=1", "+workload.my_key=1"], cfg, groups)
+
+
+def test_an_algorithm_named_on_the_command_line_gets_its_own_parameters_only(tmp_path: Path) -> None:
+    """`algorithm.name=X` alone used to keep the default group's parameters (bernoulli's route_prob): `unknown
+    parameter(s) ['route_prob']` for any algorithm without one."""
+    from tokenrouter.cli import main
+    from tokenrouter.cli.config_keys import algorithm_by_name
+
+    assert algorithm_by_name(["algorithm.name=a:B", "concurrency=2"]) == ["algorithm=stay", "algorithm.name=a:B",
+                                                                          "concurrency=2"]
+    assert algorithm_by_name(["algorithm=r2r", "algorithm.name=a:B"]) == ["algorithm=r2r", "algorithm.name=a:B"]
+    assert main(["bench", "models=sim-r2r", "algorithm.name=stay", "runtime.thresholds=[1,1]", "workload.num_requests=2",
+                 "workload.output_tokens=4", f"hydra.run.dir={tmp_path}"]) == 0
+
+
+@pytest.mark.parametrize(("command", "args", "expected"), [
+    ("serve", ["--port", "8001"], "unrecognized arguments: --port (tokenrouter takes Hydra overrides: "
+                                  "server.port=8001)"),
+    ("bench", ["--tensor-parallel-size=2"], "models.members.N.tp=2"),
+    ("serve", ["models=tiny2"], "Could not find 'models/tiny2' Available options in 'models': "),
+    ("bench", ["models=tiny2"], "Could not find 'models/tiny2' Available options in 'models': "),
+])
+def test_serve_and_bench_answer_a_mistake_alike(command: str, args: list[str], expected: str, tmp_path: Path) -> None:
+    done, took = _cli(command, args, tmp_path)
+    line = _one_line_exit_2(done, command)
+    assert expected in line and took < FAST_S, line
+    if "tiny2" in args:
+        assert "sim-r2r" in line and "tiny-random" in line  # the valid names

@@ -4,6 +4,7 @@ command is printed (pytest -s shows the list)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -12,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,31 +29,32 @@ def free_port() -> int:
 
 
 def test_readme_quickstart_runs(tmp_path: Path) -> None:
+    """The README's quickstart pasted whole into a shell (one bash script; the port a free one): the server
+    answers in the pair's format with the page's expected output, is stopped by the block itself, and the
+    sweep, summary and report land."""
     lines = first_shell_block(section(ROOT / "README.md", "Quickstart"))
     site_page = first_shell_block((ROOT / "docs" / "quickstart.md").read_text())
     assert site_page[0].startswith("python3 -m venv") and site_page[1:] == lines  # the site's page: the same lines
     port = str(free_port())
-    env = user_env()
-    server = None
+    script = tmp_path / "quickstart.sh"
+    script.write_text("\n".join(line.replace("8000", port) for line in lines) + "\n")
+    print(script.read_text())
+    shell = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=user_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        for line in lines:
-            if line.endswith("&"):  # the server: in the background until its ready line
-                server, port = start_server(line[:-1], port, tmp_path, env)
-                continue
-            line = line.replace("8000", port)
-            print(f"$ {line}")
-            done = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
-                                  timeout=300)
-            assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
-            if line.startswith("curl"):
-                reply = json.loads(done.stdout)
-                usage = reply["usage"]
-                assert 0 < usage["completion_tokens"] <= 8
-                assert sum(usage["tokens_per_model"].values()) == usage["completion_tokens"]
-    finally:
-        if server is not None and server.poll() is None:
-            os.killpg(server.pid, signal.SIGINT)
-            server.wait(30)
+        out, err = shell.communicate(timeout=600)
+        assert shell.returncode == 0, err[-3000:]
+        reply = json.loads(next(ln for ln in out.splitlines() if ln.startswith('{"id"')))
+        content = reply["choices"][0]["message"]["content"]
+        shown = re.search(r'"content": "(.*?)"  \.\.\.  "tokens_per_model": (\{.*\})',
+                          section(ROOT / "README.md", "Quickstart"))
+        assert shown and json.loads(f'"{shown.group(1)}"') == content  # the page's expected output
+        assert reply["usage"]["tokens_per_model"] == json.loads(shown.group(2))
+        with socket.socket() as s:  # the block stopped its server: the port is free again
+            s.bind(("127.0.0.1", int(port)))
+    finally:  # whatever the block left running (nothing, when it works)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
     assert (tmp_path / "runs" / "quickstart" / "results.csv").is_file()
     assert (tmp_path / "runs" / "quickstart" / "report" / "systems.md").is_file()
     assert (tmp_path / "runs" / "quickstart" / "report" / "report.html").is_file()
@@ -100,37 +101,6 @@ def test_a_misspelt_field_role_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "workload w: unknown workload.fields role(s) ['problem']; this loader's roles: ['answer', 'question']" \
         in done.stderr
-
-
-def start_server(command: str, port: str, cwd: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """The quickstart's server, until its ready line. The port was free when picked: another process on this
-    shared machine can take it before the server binds, which the server reports in one line; then a new one."""
-    for _ in range(3):
-        print(f"$ {command.replace('8000', port)} &")
-        server = subprocess.Popen(shlex.split(command.replace("8000", port)), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        seen = wait_ready(server)
-        if seen is None:
-            return server, port
-        if "cannot listen on" not in seen:
-            pytest.fail(f"the server exited with {server.returncode}: {seen[-1000:]}")
-        port = str(free_port())
-    pytest.fail("no free port in 3 tries")
-
-
-def wait_ready(server: subprocess.Popen) -> str | None:
-    """None once the server printed its ready line; what it printed if it exited first."""
-    deadline = time.monotonic() + 120
-    assert server.stdout is not None
-    seen: list[str] = []
-    while time.monotonic() < deadline:
-        line = server.stdout.readline()
-        if "ready on" in line:
-            return None
-        seen.append(line)
-        if not line and server.poll() is not None:
-            return "".join(seen)
-    pytest.fail("the server printed no ready line in 120 s")
 
 
 def test_docs_links_resolve() -> None:

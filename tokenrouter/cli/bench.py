@@ -16,9 +16,10 @@ from typing import Any
 from hydra.core.utils import JobStatus
 
 from evals.provenance import COMMAND_ENV
-from tokenrouter.cli.args import ArgumentParser
-from tokenrouter.cli.config_keys import check_added_keys, explain_missing_key
+from tokenrouter.cli.args import ArgumentParser, flag_hint
+from tokenrouter.cli.config_keys import algorithm_by_name, check_added_keys, explain_missing_key
 from tokenrouter.cli.hydra_config import conf_dir, with_config_dirs
+from tokenrouter.cli.hydra_config import hydra_one_line as _one_line
 from tokenrouter.cli.launchers import (
     OPTUNA_SWEEPER,
     check,
@@ -93,10 +94,6 @@ def _print_help(hydra, overrides: list[str]) -> None:
     hydra.app_help(config_name="config", args_parser=get_args_parser(), args=args)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = (str(exc).split("Config search path:")[0]).strip() or type(exc).__name__
-    line = " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
-    return line if len(line) <= 400 else line[:397] + "..."
 
 
 @dataclass
@@ -255,8 +252,8 @@ def run(argv: list[str]) -> int:
     args = _parser().parse_intermixed_args(argv)
     bad = [o for o in args.overrides if o.startswith("-")]
     if bad:
-        raise UserError(f"unknown option {bad[0]!r} (see `tokenrouter bench --help`)")
-    args.overrides = with_config_dirs(args.overrides, args.config_dir)
+        raise UserError(flag_hint(f"unknown option {bad[0]!r} (see `tokenrouter bench --help`)"))
+    args.overrides = algorithm_by_name(with_config_dirs(args.overrides, args.config_dir))
     hydra = hydra_app(conf_dir())
     try:
         if args.help:

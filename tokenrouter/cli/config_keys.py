@@ -100,3 +100,13 @@ def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
         if isinstance(value, dict):
             out += _dotted_keys(value, f"{prefix}{key}.")
     return out
+
+
+def algorithm_by_name(overrides: list[str]) -> list[str]:
+    """`algorithm.name=pkg:Class` (or an entry point's name) without an `algorithm=` group: the named algorithm
+    with its own parameters only, as `algorithm=stay algorithm.name=...` gives it (the default group's
+    parameters, e.g. bernoulli's route_prob, would otherwise be passed to a class that has none)."""
+    keys = [o.split("=", 1)[0] for o in overrides if "=" in o]
+    if "algorithm.name" in keys and not any(k.lstrip("+~") == "algorithm" for k in keys):
+        return ["algorithm=stay", *overrides]
+    return list(overrides)

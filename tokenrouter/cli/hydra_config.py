@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.errors import UserError, first_line
+from tokenrouter.errors import UserError
 
 
 def conf_dir() -> Path:
@@ -22,6 +22,14 @@ def conf_dir() -> Path:
     return path
 
 
+def hydra_one_line(exc: BaseException) -> str:
+    """A Hydra / OmegaConf error as one line: its lines joined (they carry the valid options, e.g. "Available
+    options in 'models': ..."), the config search path dump left out."""
+    text = (str(exc).split("Config search path:")[0]).strip() or type(exc).__name__
+    line = " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+    return line if len(line) <= 400 else line[:397] + "..."
+
+
 def compose(overrides: list[str], config_dir: Path | None = None, config_name: str = "config") -> Any:
     """The composed config (an OmegaConf DictConfig); Hydra's errors become one UserError line."""
     from hydra import compose as hydra_compose
@@ -30,7 +38,7 @@ def compose(overrides: list[str], config_dir: Path | None = None, config_name: s
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from tokenrouter.cli.config_keys import check_added_keys, explain_missing_key
+    from tokenrouter.cli.config_keys import algorithm_by_name, check_added_keys, explain_missing_key
 
     directory = (config_dir or conf_dir()).resolve()
     if not directory.is_dir():
@@ -40,15 +48,16 @@ def compose(overrides: list[str], config_dir: Path | None = None, config_name: s
 
     try:
         with initialize_config_dir(config_dir=str(directory), version_base=None):
+            overrides = algorithm_by_name(list(overrides))
             try:
-                cfg = composed(list(overrides))
+                cfg = composed(overrides)
             except (HydraException, OmegaConfBaseException) as exc:
-                raise UserError(f"config: {explain_missing_key(first_line(exc), list(overrides), composed)}") from None
+                raise UserError(f"config: {explain_missing_key(hydra_one_line(exc), overrides, composed)}") from None
             repository = GlobalHydra.instance().config_loader().repository
             check_added_keys(overrides, cfg, repository.group_exists)
             return cfg
     except (HydraException, OmegaConfBaseException) as exc:
-        raise UserError(f"config: {first_line(exc)}") from None
+        raise UserError(f"config: {hydra_one_line(exc)}") from None
 
 
 def with_config_dirs(overrides: list[str], config_dirs: list[Path] | None) -> list[str]:

@@ -194,9 +194,11 @@ def run(argv: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from tokenrouter.cli.bench import _one_line, hydra_app
+    from tokenrouter.cli.config_keys import algorithm_by_name
     from tokenrouter.cli.hydra_config import conf_dir
 
-    args = _parser().parse_intermixed_args(argv)  # overrides before and after the flags
+    args = _parser().parse_intermixed_args(argv)
+    args.overrides = algorithm_by_name(args.overrides)  # overrides before and after the flags
     totals = device_totals(args.gpus, args.gpu_memory_gib)
     hydra = hydra_app(conf_dir())
     try:

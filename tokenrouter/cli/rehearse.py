@@ -152,10 +152,12 @@ def run(argv: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from tokenrouter.cli.bench import JobFailure, _one_line, collect, hydra_app
+    from tokenrouter.cli.config_keys import algorithm_by_name
     from tokenrouter.cli.hydra_config import conf_dir
     from tokenrouter.cli.plan import device_totals, sweep_jobs
 
     args = _parser().parse_intermixed_args(argv)
+    args.overrides = algorithm_by_name(args.overrides)
     if args.requests < 1 or args.tokens < 1:
         raise UserError("--requests and --tokens must be >= 1")
     gpus = args.gpus if args.gpus is not None else DEFAULT_GPUS

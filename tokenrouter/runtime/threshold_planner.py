@@ -112,8 +112,10 @@ def _plan(search: Callable[..., dict[int, list[int]]], models: list[ModelSpec], 
     latencies = [model_latency(m, p) for m, p in zip(models, measured, strict=True)]
     unknown = [m.name for m, lat in zip(models, latencies, strict=True) if lat is None]
     if unknown:
-        return None, (f"no step latencies for model(s) {unknown}; set `latency_profile` to a `tokenrouter "
-                      "profile` JSON or to auto")
+        return None, (f"model(s) {unknown} have no step-latency profile, so every batch threshold is 1 (delayed "
+                      "batching off in effect); models.members.N.latency_profile=auto measures one at start-up "
+                      "(the local CPU sets leave it off on purpose: docs/status.md, delayed batching on the local "
+                      "CPU pair), or give a `tokenrouter profile` JSON")
     from tokenrouter.perfmodel import preset_for_algorithm
 
     preset, params = routing_rates(models, algorithm, routes)
@@ -140,9 +142,13 @@ def plan_or_warn(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
                  context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
     """plan_thresholds, logging why when there is no table (the caller then uses all ones)."""
     table, why = plan_thresholds(models, algorithm, max_n, measured, context_tokens=context_tokens)
-    if table is None and len(models) > 1:
-        log.warning("thresholds=auto: %s; using thresholds of 1", why)
+    if table is None and len(models) > 1 and why not in _SAID:
+        _SAID.add(why)  # once per process (serve plans at start and again for its front end)
+        log.warning("thresholds=auto: %s", why)
     return table, why
+
+
+_SAID: set[str] = set()
 
 
 def auto_table(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n: int,
