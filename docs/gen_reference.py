@@ -18,6 +18,7 @@ import io
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "reference"
@@ -41,12 +42,20 @@ def cli_page() -> str:
 
 
 def _field_comments(cls: type) -> dict[str, str]:
-    """`name: type = default  # comment` lines of a dataclass's source -> {name: comment}."""
-    comments = {}
+    """A dataclass field's meaning from its source: the comment beside it (`name: type = default  # ...`), else
+    the comment lines right above it -> {name: meaning}."""
+    comments: dict[str, str] = {}
+    above: list[str] = []
     for line in inspect.getsource(cls).splitlines():
-        m = re.match(r"\s+(\w+)\s*:[^#]*#\s*(.*)$", line)
-        if m:
-            comments[m.group(1)] = m.group(2).strip()
+        if re.match(r"\s+#", line):
+            above.append(line.strip().lstrip("#").strip())
+            continue
+        m = re.match(r"\s+(\w+)\s*:([^#]*)(?:#\s*(.*))?$", line)
+        if m and "(" not in m.group(1) and not line.lstrip().startswith(("def ", "return", "class ")):
+            meaning = (m.group(3) or "").strip() or " ".join(above)
+            if meaning:
+                comments[m.group(1)] = meaning
+        above = []
     return comments
 
 
@@ -68,10 +77,17 @@ def config_page() -> str:
                 default = f"{f.default_factory.__name__}()" if isinstance(f.default_factory, type) else "(default)"
             else:
                 default = "required"
-            meaning = comments.get(f.name, "").replace("|", "\\|")
+            meaning = comments.get(f.name, "").replace("|", " or ")  # (an escaped bar shows its backslash)
             parts.append(f"| `{f.name}` | `{default}` | {meaning} |\n")
-    parts.append("\n## `conf/config.yaml` as shipped\n\n```yaml\n" + (ROOT / "conf" / "config.yaml").read_text()
-                 + "```\n")
+    parts.append("\n## `conf/config.yaml` as shipped\n\nThe top-level keys (`concurrency`, `arrival`, `seed`, "
+                 "`slo.*`, ...) and every default, each with its meaning:\n\n```yaml\n"
+                 + (ROOT / "conf" / "config.yaml").read_text() + "```\n")
+    for group, what in (("algorithm", "Each algorithm's parameters (`algorithm=NAME`, then `algorithm.KEY=...`)"),
+                        ("system", "Each system's fields (`system=NAME`, then `system.KEY=...`)"),
+                        ("workload", "Each workload's keys (`workload=NAME`, then `workload.KEY=...`)")):
+        parts.append(f"\n## `{group}` configs\n\n{what}, as shipped in `conf/{group}/`:\n")
+        for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+            parts.append(f"\n### `{group}={path.stem}`\n\n```yaml\n{path.read_text().rstrip()}\n```\n")
     return "".join(parts)
 
 
@@ -235,8 +251,53 @@ def committed_results_page() -> str:
     return "".join(parts)
 
 
+def _api_entry(obj: Any, name: str, level: str) -> str:
+    """One class or function: its signature and docstring (a class: then its public methods and fields)."""
+    if inspect.isclass(obj):
+        head = f"{level} `{name}`\n\n"
+        text = head + (inspect.getdoc(obj) or "") + "\n"
+        fields = _field_comments(obj) if dataclasses.is_dataclass(obj) else {}
+        if fields:
+            text += "\n| field | meaning |\n| --- | --- |\n" + "".join(
+                f"| `{k}` | {v.replace('|', ' or ')} |\n" for k, v in fields.items())
+        for attr, member in obj.__dict__.items():
+            fn = getattr(member, "__func__", member)
+            own_doc = fn.__doc__ if callable(fn) else None  # not object.__init__'s, which getdoc would inherit
+            if callable(fn) and (own_doc or attr == "__init__") and (not attr.startswith("_") or attr == "__init__"):
+                try:
+                    sig = str(inspect.signature(fn)).replace("'", "")
+                except (TypeError, ValueError):
+                    sig = "(...)"
+                sig = re.sub(r"frozenset\(\{([^}]*)\}\)",  # set order follows the process's hash seed
+                             lambda m: "frozenset({" + ", ".join(sorted(m.group(1).split(", "))) + "})", sig)
+                doc = inspect.cleandoc(own_doc).replace(chr(10), " ") if own_doc else "the constructor"
+                text += f"\n- `{attr}{sig}`: {doc}\n"
+        return text
+    return f"{level} `{name}{inspect.signature(obj)}`\n\n{inspect.getdoc(obj) or ''}\n"
+
+
+API = {"tokenrouter.api": ("RoutingAlgorithm", "StepResult", "RouterRequest", "PeerRequest", "Needs",
+                           "AlgorithmFailure", "register", "stable_uniform"),
+       "tokenrouter.algorithms.rates": ("measured_rate",),
+       "tokenrouter.perfmodel": ("preset_for_algorithm",)}
+
+
+def api_page() -> str:
+    """What a plugin author implements and reads, from the docstrings (docs/add_an_algorithm.md uses it)."""
+    import importlib
+
+    parts = [HEADER, "# Python API reference\n\nWhat a routing algorithm of your own implements and reads "
+             "([how-to](../add_an_algorithm.md)), generated from the code's docstrings.\n"]
+    for module_name, names in API.items():
+        module = importlib.import_module(module_name)
+        parts.append(f"\n## `{module_name}`\n\n{(inspect.getdoc(module) or '').split(chr(10) + chr(10))[0]}\n")
+        for name in names:
+            parts.append("\n" + _api_entry(getattr(module, name), name, "###"))
+    return "".join(parts)
+
+
 PAGES = {"cli.md": cli_page, "config.md": config_page, "http.md": http_page, "results.md": results_page,
-         "committed_results.md": committed_results_page}
+         "committed_results.md": committed_results_page, "api.md": api_page}
 
 
 def main(argv: list[str]) -> int:

@@ -2,7 +2,7 @@
 
 Why: each of these was found on a job that `plan` called fit and that would have stopped at start on the GPU
 node (a learned algorithm with no router, an R2R router beside a vocabulary sharded over TP ranks, an engine or
-baseline whose package this Python environment lacks). They are pure functions of the composed
+baseline whose package this Python environment lacks, a GPU this machine does not have). They are pure functions of the composed
 config (and of what is importable here), so they cost nothing and run before anything is built.
 """
 
@@ -28,7 +28,26 @@ def start_problems(cfg: Any, here: bool = True) -> list[str]:
     specs = model_specs(cfg.models)
     system = str(cfg.system.name)
     found = [_router_named(cfg, system), _sharded_embedding(cfg, specs)]
-    return [p for p in (*found, *(missing_packages(cfg) if here else [])) if p]
+    return [p for p in (*found, *((missing_devices(specs) + missing_packages(cfg)) if here else [])) if p]
+
+
+def missing_devices(specs: list[ModelSpec]) -> list[str]:
+    """A GPU a model (or one of its TP ranks) is placed on that this machine does not have: said before any
+    download or Hub lookup starts (they would retry for a minute first)."""
+    from tokenrouter.engine.placement import rank_device
+
+    wanted = [(s.name, rank_device(s, r)) for s in specs if s.device.startswith("cuda") for r in range(s.tp)]
+    if not wanted:
+        return []
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    for name, device in wanted:
+        if (int(device.split(":")[1]) if ":" in device else 0) >= count:
+            return [f"model {name!r} is placed on {device}, which this machine does not have ({count} CUDA "
+                    "device(s)): run it on a GPU node (check the node from here with `tokenrouter plan --gpus N "
+                    "--gpu-memory-gib G`, run it here on stand-ins with `tokenrouter rehearse`)"]
+    return []
 
 
 def _router_named(cfg: Any, system: str) -> str | None:

@@ -130,6 +130,8 @@ def test_an_algorithm_named_on_the_command_line_gets_its_own_parameters_only(tmp
     assert algorithm_by_name(["algorithm.name=a:B", "concurrency=2"]) == ["algorithm=stay", "algorithm.name=a:B",
                                                                           "concurrency=2"]
     assert algorithm_by_name(["algorithm=r2r", "algorithm.name=a:B"]) == ["algorithm=r2r", "algorithm.name=a:B"]
+    assert algorithm_by_name(["algorithm.name=a:B", "algorithm.t=1", "~algorithm.route_prob"]) == [
+        "algorithm=stay", "algorithm.name=a:B", "+algorithm.t=1"]  # its own parameters; nothing to delete
     assert main(["bench", "models=sim-r2r", "algorithm.name=stay", "runtime.thresholds=[1,1]", "workload.num_requests=2",
                  "workload.output_tokens=4", f"hydra.run.dir={tmp_path}"]) == 0
 
@@ -147,3 +149,11 @@ def test_serve_and_bench_answer_a_mistake_alike(command: str, args: list[str], e
     assert expected in line and took < FAST_S, line
     if "tiny2" in args:
         assert "sim-r2r" in line and "tiny-random" in line  # the valid names
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without the GPUs a set names")
+@pytest.mark.parametrize("command", ["bench", "serve"])
+def test_a_gpu_set_on_this_cpu_is_one_line_before_any_hub_call(command: str, tmp_path: Path) -> None:
+    done, took = _cli(command, ["models=qwen3-0.6b-8b", "models.engine=torch", "algorithm=bernoulli"], tmp_path)
+    line = _one_line_exit_2(done, command)
+    assert "model 'small' is placed on cuda:0, which this machine does not have" in line and took < FAST_S, line

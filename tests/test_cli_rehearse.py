@@ -66,16 +66,19 @@ def test_start_problems_are_pure_functions_of_the_config() -> None:
         return OmegaConf.create({"system": {"name": system}, "algorithm": {"name": algorithm, "router": "r.pt"},
                                  "models": {"name": "pair", "members": members}})
 
-    assert start_problems(cfg("tokenrouter", "r2r", "torch", 2)) == []
+    assert start_problems(here=False, cfg=cfg("tokenrouter", "r2r", "torch", 2)) == []
     unnamed = cfg("tokenrouter", "citer", "torch", 1)
     unnamed.algorithm.router = None
-    assert "routes by a trained router and none is named" in start_problems(unnamed)[0]
-    assert start_problems(cfg("tokenrouter", "r2r", "sglang", 1), here=False) == []  # a node's own packages
-    assert start_problems(cfg("lockstep", "r2r", "torch", 1)) == []
-    problems = start_problems(cfg("tokenrouter", "r2r", "sglang", 2))
+    assert "routes by a trained router and none is named" in start_problems(unnamed, here=False)[0]
+    assert start_problems(here=False, cfg=cfg("tokenrouter", "r2r", "sglang", 1)) == []  # a node's own packages
+    if not torch.cuda.is_available():  # on this machine: its devices (and packages) count too
+        assert "placed on cuda:0, which this machine does not have" in start_problems(cfg("tokenrouter", "r2r",
+                                                                                          "torch", 1))[0]
+    assert start_problems(here=False, cfg=cfg("lockstep", "r2r", "torch", 1)) == []
+    problems = start_problems(here=False, cfg=cfg("tokenrouter", "r2r", "sglang", 2))
     assert any("shards over its ranks: give 'small' tp=1" in p for p in problems)
-    assert not any("shards" in p for p in start_problems(cfg("tokenrouter", "citer", "sglang", 2)))
-    assert not any("shards" in p for p in start_problems(cfg("lockstep", "r2r", "sglang", 1)))
+    assert not any("shards" in p for p in start_problems(here=False, cfg=cfg("tokenrouter", "citer", "sglang", 2)))
+    assert not any("shards" in p for p in start_problems(here=False, cfg=cfg("lockstep", "r2r", "sglang", 1)))
 
 
 def test_stand_in_models_keep_the_architecture() -> None:
@@ -132,10 +135,6 @@ ADDED = {"pareto_amc23_citer": ["algorithm.router=routers/citer.safetensors"],
 def test_every_shipped_experiment_rehearses(experiment: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     engine = [] if HAS_SGLANG or experiment in ENGINE_FIXED else ["models.engine=torch"]
     added = ADDED.get(experiment, [])
-    if experiment == "pareto_amc23_query":  # it reads the single-model sweep's runs: rehearse that first
-        assert main(["rehearse", "-m", "+experiment=pareto_amc23_single", *engine, "--out",
-                     str(tmp_path / "single")]) == 0
-        added = [f"system.weak_run={tmp_path / 'single' / '0'}", f"system.strong_run={tmp_path / 'single' / '1'}"]
     if experiment in ("sglang_baselines",) and not HAS_SGLANG:
         pytest.skip(f"{experiment} runs SGLang servers: rehearsed from .venv-sglang")
     code = main(["rehearse", "-m", f"+experiment={experiment}", *engine, *added, "--out", str(tmp_path / "sweep")])

@@ -121,6 +121,10 @@ def test_reference_pages_are_generated_from_the_code() -> None:
     done = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), "--check"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    config = (ROOT / "docs" / "reference" / "config.md").read_text()
+    empty = [ln for ln in config.splitlines() if ln.startswith("| `") and ln.rstrip().endswith("|  |")]
+    assert not empty, f"config keys without a meaning: {empty}"  # a field needs a comment beside or above it
+    assert "\\|" not in config and "### `algorithm=r2r`" in config and "### `workload=amc23`" in config
 
 
 def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:

@@ -40,11 +40,11 @@ class AlgorithmFailure(UserError):
 class RouterRequest:
     """One model's local view of a request. Every subserver holds its own copy, kept in sync by messages."""
 
-    rid: str
-    prompt_ids: list[int]
-    output_ids: list[int] = field(default_factory=list)
-    max_new_tokens: int = 256
-    sampling: SamplingParams = field(default_factory=SamplingParams)
+    rid: str  # the request id, the same on every model
+    prompt_ids: list[int]  # the prompt's token ids
+    output_ids: list[int] = field(default_factory=list)  # the tokens committed so far, by any model
+    max_new_tokens: int = 256  # the request's output budget
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # temperature, top_p, top_k, seed
     seed: int = 0  # routing seed: decisions depend on (seed, position) only, never on batching or timing
     min_new_tokens: int = 0  # no stop token is sampled before this many output tokens
     peer_seen: dict[int, int] = field(default_factory=dict)  # peer index -> sequence length it has seen
@@ -77,9 +77,9 @@ class RouterRequest:
 class StepResult:
     """What route() sees after one step on a model: per request, the forward's results."""
 
-    model_index: int
-    requests: list[RouterRequest]
-    next_tokens: list[int]
+    model_index: int  # the model that stepped (this algorithm instance's own)
+    requests: list[RouterRequest]  # the batch, in step order
+    next_tokens: list[int]  # per request, the token just sampled (not yet committed)
     logits: torch.Tensor | None = None  # [B, vocab] next-token logits
     hidden: torch.Tensor | None = None  # [B, hidden] last hidden state after the final norm
 
@@ -121,8 +121,8 @@ class Needs:
     runtime counts (`rates(routes)`; learned routers, R-Stitch), so the front end re-plans while serving.
     """
 
-    step_outputs: StepOutputs = ALL_STEP_OUTPUTS
-    rates: RatesSource = "preset"
+    step_outputs: StepOutputs = ALL_STEP_OUTPUTS  # what route() reads besides the tokens: "logits", "hidden"
+    rates: RatesSource = "preset"  # where rates() gets its routing rates: "preset" or "measured"
 
     def __post_init__(self) -> None:
         unknown = set(self.step_outputs) - ALL_STEP_OUTPUTS
@@ -138,6 +138,9 @@ class RoutingAlgorithm(ABC):
     needs: ClassVar[Needs] = Needs()
 
     def __init__(self, model_index: int, model_names: list[str], **params: Any) -> None:
+        """One instance per model: `model_index` is this model, `model_names` the set (entry model first),
+        `params` the algorithm config's keys besides `name`. A subclass takes its own parameters as keyword
+        arguments and passes the rest up, so a misspelt one is refused in one line."""
         self.model_index = model_index
         self.model_names = list(model_names)
         self.num_models = len(model_names)

@@ -44,10 +44,10 @@ class SimSpec:
     per_request_ms: float = 0.0  # added per request in the batch (affine profile)
     per_token_ms: float = 0.0  # added per extend/prefill token beyond one per request
     profile: str | None = None  # JSON from `tokenrouter profile` (overrides the affine fields)
-    vocab_size: int = 32000
-    eos_token_id: int = 2
+    vocab_size: int = 32000  # token ids the sim engine samples from
+    eos_token_id: int = 2  # the id it emits at output_tokens
     output_tokens: int | None = None  # emit EOS at this output length (None: never, max_new_tokens decides)
-    seed: int = 0
+    seed: int = 0  # its token stream's seed (the same tokens for every system)
 
 
 @dataclass
@@ -60,32 +60,32 @@ class Footprint:
     layers: int  # num_hidden_layers
     heads: int  # num_attention_heads
     kv_heads: int  # num_key_value_heads
-    head_dim: int
+    head_dim: int  # per attention head (with kv_heads and layers: KV bytes per token)
 
 
 @dataclass
 class ModelSpec:
     """One cooperating model: where its weights come from and how its engine runs."""
 
-    name: str
+    name: str  # how the runtime, results and algorithms name this model (unique in the set)
     source: str = ""  # HF id, local dir, GGUF file, or `tiny-random:small|large`, `tiny:small|large`
-    engine: str = "torch"
-    dtype: str = "float32"
-    device: str = "cpu"
+    engine: str = "torch"  # torch (transformers), sglang (SGLang's ModelRunner) or sim (weightless, timed)
+    dtype: str = "float32"  # weights and activations: float32, bfloat16 or float16
+    device: str = "cpu"  # cpu, cuda or cuda:K (TP ranks take cuda:K .. K+tp-1)
     tp: int = 1  # tensor-parallel ranks (torch: one process per rank, GPU ranks on cuda:K .. K+tp-1)
     threads: int = 1  # CPU threads for this engine's process
     kv_tokens: int = 65536  # KV pool size in tokens (or derive from kv_bytes / mem_fraction)
-    kv_bytes: int | None = None
+    kv_bytes: int | None = None  # torch engine: KV pool size in bytes (set by the memory plan from mem_fraction)
     # GPU only: this model's process may use this fraction of its device's TOTAL memory (per TP rank): weights,
     # KV and an explicit reserve (context, activations). Planned jointly for the set before loading, whatever
     # the start order (engine/memory_plan.py): torch -> kv_bytes, sglang -> kv_tokens (SGLang's max_total_tokens)
     mem_fraction: float | None = None
-    page_size: int = 16
+    page_size: int = 16  # KV slots per page of the paged pool
     cuda_graph: bool = True  # engine=sglang on GPU: replay CUDA graphs for all-decode steps (always off on CPU)
     prefix_cache_tokens: int = 0  # keep released requests' KV for prefix reuse, up to this many tokens (0: off)
     # step latencies for thresholds=auto: a `tokenrouter profile` JSON, or "auto" (measured at start-up, cached)
     latency_profile: str | None = None
-    sim: SimSpec = field(default_factory=SimSpec)
+    sim: SimSpec = field(default_factory=SimSpec)  # engine=sim: step latencies and token behaviour (below)
     footprint: Footprint | None = None  # recorded checkpoint size, for plans made without the weights
 
     def __post_init__(self) -> None:
@@ -140,7 +140,7 @@ class AlgorithmSpec:
 class RuntimeConfig:
     """Scheduler and runtime switches (the ablation knobs live here)."""
 
-    delayed_batching: bool = True
+    delayed_batching: bool = True  # launch a model's batch only when B_i(N) requests are ready (false: at once)
     thresholds: Any = "auto"  # "auto" | list per model | list of lists indexed by N-1
     # thresholds: launch at >= B_i(N) ready; optimal: the best launch rule on what a subserver observes (own
     # ready count, N), from the throughput model (perfmodel/local.py; falls back to thresholds without it)
@@ -150,13 +150,13 @@ class RuntimeConfig:
     # bench` sets it from the workload when null, serve keeps null: each latency profile's base context)
     auto_context_tokens: int | None = None
     max_wait_ms: float = 50.0  # a ready request never waits longer than this for its batch to fill
-    max_batch_size: int = 256
-    max_step_tokens: int = 8192
+    max_batch_size: int = 256  # requests in one step at most
+    max_step_tokens: int = 8192  # tokens in one step at most (prefills are chunked to it)
     ipc: str = "ipc"  # "ipc" (private temp dir) or "tcp"
     # ipc mode: the runtime's links over ZeroMQ ipc:// ("zmq") or "direct" AF_UNIX stream sockets (one wake-up
     # per message instead of three; opt-in until it is shown to pay end to end); tcp mode always uses CURVE zmq
     peer_link: str = "zmq"
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # ipc=tcp: the address the subservers bind (CURVE-authenticated)
     # a subserver with nothing to do polls without sleeping for up to this long before it blocks: a frame that
     # arrives meanwhile costs no wake-up of a sleeping process (tens of us per hop on a VM), at the price of a
     # core kept busy that long per idle spell (SGLang's scheduler spins by default; 0 = block at once); a spin
@@ -173,8 +173,8 @@ class RuntimeConfig:
     # run dir, `serve` writes it to trace_file at shutdown; each model keeps at most trace_max_batches batches
     # (~250 bytes per batch row at the peak, writing trace.json: 2 models at the default, 32 rows a batch ~300 MiB)
     trace: bool = False
-    trace_max_batches: int = 20_000
-    trace_file: str = "trace.json"
+    trace_max_batches: int = 20_000  # batches kept per model; later ones are left out of the trace (it says so)
+    trace_file: str = "trace.json"  # serve: where the trace is written at shutdown (bench: the run dir's)
 
     def __post_init__(self) -> None:
         for name in ("max_batch_size", "max_step_tokens", "auto_max_concurrency", "trace_max_batches",

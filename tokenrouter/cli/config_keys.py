@@ -104,9 +104,17 @@ def _dotted_keys(data: dict[str, Any], prefix: str = "") -> list[str]:
 
 def algorithm_by_name(overrides: list[str]) -> list[str]:
     """`algorithm.name=pkg:Class` (or an entry point's name) without an `algorithm=` group: the named algorithm
-    with its own parameters only, as `algorithm=stay algorithm.name=...` gives it (the default group's
-    parameters, e.g. bernoulli's route_prob, would otherwise be passed to a class that has none)."""
-    keys = [o.split("=", 1)[0] for o in overrides if "=" in o]
-    if "algorithm.name" in keys and not any(k.lstrip("+~") == "algorithm" for k in keys):
-        return ["algorithm=stay", *overrides]
-    return list(overrides)
+    with the parameters given beside it only, as `algorithm=stay algorithm.name=... +algorithm.K=V` gives it
+    (the default group's parameters, e.g. bernoulli's route_prob, would otherwise reach a class without them;
+    deleting them, `~algorithm.route_prob`, is then needless and dropped)."""
+    keys = [o.split("=", 1)[0] for o in overrides]
+    if "algorithm.name" not in keys or any(k.lstrip("+~") == "algorithm" for k in keys):
+        return list(overrides)
+    out = ["algorithm=stay"]
+    for override, key in zip(overrides, keys, strict=True):
+        bare = key.lstrip("+~")
+        if not bare.startswith("algorithm.") or bare == "algorithm.name":
+            out.append(override)
+        elif not key.startswith("~"):
+            out.append("+" + override.lstrip("+"))
+    return out

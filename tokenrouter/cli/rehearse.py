@@ -120,14 +120,14 @@ def rehearse_job(hydra: Any, job: list[str], out: Path, totals: dict[str, int], 
     """Compose, plan, check and run one job (see the module docstring)."""
     from hydra.types import RunMode
 
-    from evals.preconditions import start_problems
+    from evals.preconditions import missing_packages
     from tokenrouter.cli.bench import JobFailure, _task, launch
     from tokenrouter.cli.plan import plan_job
 
     try:
         cfg = hydra.compose_config("config", [*job, f"hydra.run.dir={out}"], run_mode=RunMode.RUN)
         planned = plan_job(cfg, totals)
-        problems = [planned.problem] if planned.problem is not None else start_problems(cfg)  # + this venv's
+        problems = [planned.problem] if planned.problem is not None else missing_packages(cfg)  # this venv's
         if problems:
             return Verdict("FAILED", f"plan: {problems[0]}")
         gpu_only = cpu_cannot_run(cfg)
@@ -135,7 +135,10 @@ def rehearse_job(hydra: Any, job: list[str], out: Path, totals: dict[str, int], 
             return Verdict("NOT REHEARSED", gpu_only)
         out.mkdir(parents=True, exist_ok=True)
         stand_ins = stand_in_overrides(cfg, out, args.requests, args.tokens)
-        returned, _ = launch(hydra, [*job, *stand_ins, f"hydra.run.dir={out}"], False, _task)
+        inputs = _input_runs(hydra, job, cfg, out, totals, args)
+        if isinstance(inputs, Verdict):
+            return inputs
+        returned, _ = launch(hydra, [*job, *stand_ins, *inputs, f"hydra.run.dir={out}"], False, _task)
     except UserError as exc:
         return Verdict("FAILED", str(exc))
     except Exception as exc:  # noqa: BLE001 - whatever stops a job here would stop it on the GPU node
@@ -144,6 +147,40 @@ def rehearse_job(hydra: Any, job: list[str], out: Path, totals: dict[str, int], 
     if isinstance(done, JobFailure):
         return Verdict("FAILED", done.message)
     return Verdict("REHEARSED")
+
+
+def _input_runs(hydra: Any, job: list[str], cfg: Any, out: Path, totals: dict[str, int],
+                args: Any) -> list[str] | Verdict:
+    """Query-level routing reads the single-model runs of its workload (`system.weak_run` / `strong_run`); on the
+    node an earlier sweep made them. Where they are not on this machine, they are rehearsed first, into <out>/
+    weak and strong, and the job reads those (a failure there is this job's)."""
+    if cfg.system.name != "query_routing":
+        return []
+    names = [m["name"] for m in cfg.models.members]
+    overrides = []
+    for key, model in (("weak_run", names[0]), ("strong_run", names[-1])):
+        given = cfg.system.get(key)
+        if given and Path(str(given)).expanduser().is_dir():
+            continue
+        single = [*(o for o in job if not o.lstrip("+~").startswith("system")), "system=single", f"system.model={model}"]
+        unset = ["~system.weak_run", "~system.strong_run"]  # where an experiment set them for query routing
+        if _composes(hydra, [*single, *unset]):
+            single += unset
+        verdict = rehearse_job(hydra, single, out / key, totals, args)
+        if verdict.status != "REHEARSED":
+            return Verdict(verdict.status, f"its {key} ({model} alone): {verdict.why}")
+        overrides.append(f"system.{key}={out / key}")
+    return overrides
+
+
+def _composes(hydra: Any, overrides: list[str]) -> bool:
+    from hydra.types import RunMode
+
+    try:
+        hydra.compose_config("config", overrides, run_mode=RunMode.RUN)
+    except Exception:  # noqa: BLE001 - Hydra's errors for a key that is not there to delete
+        return False
+    return True
 
 
 def run(argv: list[str]) -> int:

@@ -73,7 +73,8 @@ def run(argv: list[str]) -> int:
     summary = {
         "router": str(out),
         "threshold": report.threshold,
-        **report.metrics,
+        # the figures; long lists (held-out score quantiles) stay in the router's JSON sidecar
+        **{k: v for k, v in report.metrics.items() if not (isinstance(v, list) and len(v) > 8)},
         "labels": report.labels,
         "use_with": f"algorithm={args.algorithm} algorithm.router={out}",
     }
