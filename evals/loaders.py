@@ -18,6 +18,10 @@ CHOICE_PROMPT = (
     "within \\boxed{}, e.g. \\boxed{A}."
 )
 LETTERS = "ABCDEFGHIJ"
+# each record loader's roles -> the columns it reads by default (`workload.fields` overrides them)
+MATH_FIELDS = {"question": "problem", "answer": "answer"}
+CHOICE_FIELDS = {"question": "Question", "correct": "Correct Answer", "incorrect": []}
+AGENTIC_FIELDS = {"messages": "messages"}
 
 
 def _fields(cfg: Any, defaults: dict[str, Any]) -> dict[str, Any]:
@@ -66,7 +70,7 @@ def load_math(cfg: Any, seed: int = 0) -> Workload:
     """Free-form math problems graded by equivalence of the final \\boxed{} answer."""
     name = str(cfg_get(cfg, "name", "math"))
     rows, source = load_records(cfg)
-    fields = _fields(cfg, {"question": "problem", "answer": "answer"})
+    fields = _fields(cfg, MATH_FIELDS)
     require_fields(rows, _flat(fields), source, name)
     template = str(cfg_get(cfg, "prompt", MATH_PROMPT))
     after = cfg_get(cfg, "answer_after")
@@ -90,7 +94,7 @@ def load_choice(cfg: Any, seed: int = 0) -> Workload:
     """Multiple choice (GPQA): options shuffled per problem from (seed, row), gold answer = the correct letter."""
     name = str(cfg_get(cfg, "name", "choice"))
     rows, source = load_records(cfg)
-    fields = _fields(cfg, {"question": "Question", "correct": "Correct Answer", "incorrect": []})
+    fields = _fields(cfg, CHOICE_FIELDS)
     if not isinstance(fields["incorrect"], list) or not fields["incorrect"]:
         raise UserError(f"workload {name}: workload.fields.incorrect must list the wrong-option columns")
     if len(fields["incorrect"]) + 1 > len(LETTERS):
@@ -127,7 +131,7 @@ def load_agentic(cfg: Any, seed: int = 0) -> Workload:
     turn the model now writes), capped at `workload.max_prompt_tokens` by dropping the oldest middle turns."""
     name = str(cfg_get(cfg, "name", "agentic"))
     rows, source = load_records(cfg)
-    fields = _fields(cfg, {"messages": "messages"})
+    fields = _fields(cfg, AGENTIC_FIELDS)
     require_fields(rows, _flat(fields), source, name)
     cap = int(cfg_get(cfg, "max_prompt_tokens", 8192))
     problems = []

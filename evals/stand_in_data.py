@@ -12,13 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from evals.datasets import cfg_get
+from evals.loaders import AGENTIC_FIELDS, CHOICE_FIELDS, MATH_FIELDS
 
-# loader -> its default roles (as in evals/loaders.py) and how a row fills each role
-DEFAULT_FIELDS = {
-    "math": {"question": "problem", "answer": "answer"},
-    "choice": {"question": "Question", "correct": "Correct Answer", "incorrect": []},
-    "agentic": {"messages": "messages"},
-}
+# record loader -> the columns it reads by default
+DEFAULT_FIELDS = {"math": MATH_FIELDS, "choice": CHOICE_FIELDS, "agentic": AGENTIC_FIELDS}
 
 
 def needs_stand_in(workload: Any) -> bool:

@@ -104,11 +104,11 @@ def _stand_in_router(cfg: Any, small: Path, out: Path) -> Path | None:
     from tokenrouter.algorithms.checkpoints import save_official, save_router
     from tokenrouter.algorithms.routers import build_router
 
-    hidden = json.loads((small / "config.json").read_text())["hidden_size"]
+    config = json.loads((small / "config.json").read_text())
+    hidden = config["hidden_size"]
     torch.manual_seed(0)
     if kind == "r2r":
-        vocab = json.loads((small / "config.json").read_text())["vocab_size"]
-        net = build_router("r2r", {"hidden_states_size": hidden, "vocab_size": vocab, "hidden_dims": [32, 32],
+        net = build_router("r2r", {"hidden_states_size": hidden, "vocab_size": config["vocab_size"], "hidden_dims": [32, 32],
                                    "expansion_factor": 2, "logits_size": 16})
         return save_official(net, out / "router.pt", threshold=0.5, pretrained=str(ref))
     net = build_router(kind, {"hidden_states_size": hidden, "hidden_dims": [] if kind == "co_llm" else [32]})

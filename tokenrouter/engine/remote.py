@@ -51,6 +51,7 @@ class Reply(msgspec.Struct):
     next_tokens: list[int] = []
     logits: Tensor | None = None
     hidden: Tensor | None = None
+    weight: Tensor | None = None  # `embeddings`: the input embedding's weight
     error: str = ""
     kind: str = ""
 
@@ -154,7 +155,7 @@ class RemoteEngine(Engine):
         return int(self._call(Call("tokens_used")).value)
 
     def input_embeddings(self) -> Any:
-        weight = _from_tensor(self._call(Call("embeddings")).logits)
+        weight = _from_tensor(self._call(Call("embeddings")).weight)
         if weight is None:
             return None
         import torch
@@ -192,7 +193,7 @@ def _answer(engine: Engine, call: Call) -> Reply:
         return Reply(value=getattr(engine, call.op)())
     elif call.op == "embeddings":
         emb = engine.input_embeddings()
-        return Reply(logits=None if emb is None else _tensor(emb.weight))
+        return Reply(weight=None if emb is None else _tensor(emb.weight))
     else:
         raise ValueError(f"unknown engine call {call.op!r}")
     return Reply()

@@ -11,7 +11,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tokenrouter.cache import cache_dir
 from tokenrouter.errors import UserError
@@ -69,20 +71,26 @@ def tiny_random_path(size: str) -> Path:
     """Directory of the built model (built on first use)."""
     if size not in SIZES:
         raise UserError(f"unknown tiny-random model {size!r}; use tiny-random:small or tiny-random:large")
-    final = cache_dir() / "tiny-random" / size
-    marker = final / "tokenrouter_build.json"
-    stamp = {"version": BUILD_VERSION, "seed": SEED}
+    def build(tmp: Path) -> None:
+        model, tok = build_model(size)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+
+    return cached_build(cache_dir() / "tiny-random" / size, {"version": BUILD_VERSION, "seed": SEED}, build)
+
+
+def cached_build(final: Path, stamp: dict[str, Any], build: Callable[[Path], None]) -> Path:
+    """`final`, built by `build(dir)` unless it already holds a build with this `stamp` (its
+    tokenrouter_build.json): into a temp dir beside it, then moved into place (`_install`)."""
     try:
-        if json.loads(marker.read_text()) == stamp:
+        if json.loads((final / "tokenrouter_build.json").read_text()) == stamp:
             return final
     except (OSError, ValueError):
         pass
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{size}-", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     try:
-        model, tok = build_model(size)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+        build(tmp)
         (tmp / "tokenrouter_build.json").write_text(json.dumps(stamp))
         _install(tmp, final)
     finally:
@@ -115,26 +123,37 @@ def _install(tmp: Path, final: Path, replace: bool = False) -> None:
 
 
 def save_random_decoder(path: str | Path, family: str = "qwen3", num_layers: int = 2, hidden_size: int = 128,
-                        num_heads: int = 2, num_kv_heads: int = 1, head_dim: int = 64, seed: int = 0) -> Path:
-    """Save a random Qwen3 or Llama decoder with the char tokenizer to `path` (safetensors, no Hub).
+                        num_heads: int = 2, num_kv_heads: int = 1, head_dim: int = 64, seed: int = 0,
+                        max_positions: int = 1024, eos: bool = False) -> Path:
+    """Save a random Qwen3, Qwen2 or Llama decoder with the char tokenizer to `path` (safetensors, no Hub);
+    `eos`: the config names <|im_end|> as end of sequence (else none: outputs run to max_new_tokens).
 
-    Why another builder: SGLang's kernels want head_dim 64+ (the tiny-random pair has 16), and engine
-    tests want Llama as well as Qwen3. Wide init as above, so greedy tokens are stable across kernels."""
+    Why another builder: SGLang's kernels want head_dim 64+ (the tiny-random pair has 16), engine tests want
+    Llama as well as Qwen3, and rehearsals want each shipped set's architecture (models/stand_in.py). Wide
+    init as above, so greedy tokens are stable across kernels."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
     from tokenrouter.models.tokenizer import build_char_tokenizer
 
-    classes = {"qwen3": (Qwen3Config, Qwen3ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
+    classes = {"qwen3": (Qwen3Config, Qwen3ForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+               "llama": (LlamaConfig, LlamaForCausalLM)}
     if family not in classes:
         raise UserError(f"unknown model family {family!r}; use one of {sorted(classes)}")
     tok = build_char_tokenizer()
     config_cls, model_cls = classes[family]
     config = config_cls(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
                         num_hidden_layers=num_layers, num_attention_heads=num_heads,
-                        num_key_value_heads=num_kv_heads, head_dim=head_dim, max_position_embeddings=1024,
-                        rms_norm_eps=1e-6, eos_token_id=None, bos_token_id=None, pad_token_id=tok.pad_token_id,
-                        tie_word_embeddings=False)
+                        num_key_value_heads=num_kv_heads, head_dim=head_dim, max_position_embeddings=max_positions,
+                        rms_norm_eps=1e-6, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>") if eos else None,
+                        bos_token_id=None, pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
     gen = torch.Generator().manual_seed(seed)
     model = model_cls(config)
     with torch.no_grad():
