@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test rehearse lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
+.PHONY: official-venv official-cpu venv demo test rehearse lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
 
 # "-e" unless tokenrouter is installed in the venv non-editable (pip's direct_url.json says which)
 export EDITABLE_OR_NOT := import importlib.metadata as m, json; \
@@ -16,7 +16,7 @@ export EDITABLE_OR_NOT := import importlib.metadata as m, json; \
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch first: the CPU build of 2.13.0 lies on this machine's disk; elsewhere pip picks the platform build.
+	# torch first, at the version the tests run with (pip picks this platform's build, or a local wheel)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "torch==2.13.0"
 	# the kind of install already there is kept: a non-editable `pip install .` (the README's) stays one
 	$(PY) -m pip install -q $$($(PY) -I -c "$$EDITABLE_OR_NOT") ".[dev,routellm]"
@@ -114,3 +114,21 @@ test-sglang: $(SGL_STAMP) $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache site
+
+# The paper's comparison against the real peer on this CPU: the official thu-nics/R2R code (its own environment,
+# .venv-r2r: torch 2.8.0, sglang 0.5.1; ~9.4 GB, 3-12 min, built once) beside lock-step R2R and TokenRouter on
+# the local pair, N = 1, 4, 8, and the official mixture-ensemble code beside TokenRouter's ensemble; outputs
+# compared token by token, into runs/official_cpu/ (summary.md, results.csv, agreement.csv).
+# R2R_SRC: an R2R checkout at 14994a0 (default: the snapshot beside this repository); absent: one line, ours only.
+# ENSEMBLE_SRC: the mixture-ensemble code at cbe532b (its own environment, .venv-ensemble: torch 2.7.1; ~6.3 GB).
+R2R_SRC ?= $(CURDIR)/../shared/third_party/R2R-14994a0
+R2R_VENV ?= .venv-r2r
+ENSEMBLE_SRC ?= $(CURDIR)/../shared/third_party/mixture-model-like-ensemble-cbe532b
+ENSEMBLE_VENV ?= .venv-ensemble
+
+official-venv:
+	scripts/official_r2r_env.sh "$(R2R_SRC)" "$(R2R_VENV)"
+	scripts/official_ensemble_env.sh "$(ENSEMBLE_SRC)" "$(ENSEMBLE_VENV)"
+
+official-cpu: $(STAMP) official-venv
+	$(PY) benchmarks/official_cpu.py --out runs/official_cpu

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenrouter import handoff
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.algorithms import build_algorithm
+from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, StepItem
 from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
@@ -65,6 +66,7 @@ class _Active:
 @dataclass
 class _ModelStats(ModelCounters):
     rows: int = 0  # requests summed over steps: recorded as their mean per step
+    busy_s: float = 0.0  # engine time, as the runtime's `busy_s` (mean step = busy_s / steps)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -297,6 +299,7 @@ class LockstepSystem(ServingSystem):
         for a, v in zip(rows, views, strict=True):
             a.fed[m] = v.seq_len
         self._stats[m].steps += 1
+        self._stats[m].busy_s += engine_s
         self._stats[m].rows += len(rows)
         step = StepResult(m, views, list(out.next_tokens), out.logits, out.hidden)
         dests = algo.route(step)

@@ -26,8 +26,18 @@ Known issues, and how they are handled:
 - Router and threshold: the same router our `algorithm=r2r` uses (system.router, else algorithm.router, else
   the official config's router_path), resolved to a local file as official R2R would (and read weights-only
   first: the official code unpickles it in full), and the threshold (system.threshold, then algorithm.threshold,
-  then the dataset default of its script/evaluate/eval_configs/r2r_configs.json: AIME 0.406, GPQA 0.42, else
-  0.5) are both written into a private copy of its config, which its server reads before its CLI flags.
+  then the threshold saved with the router, as `algorithm=r2r` does, then the dataset default of its
+  script/evaluate/eval_configs/r2r_configs.json: AIME 0.406, GPQA 0.42, else 0.5) are both written into a
+  private copy of its config, which its server reads before its CLI flags. Our own router (safetensors + JSON)
+  is exported in its layout into that private directory, so both systems route by the same weights.
+- Its router copies the small model's token embedding at start and, if that fails, goes on with a random one
+  after one printed line: a start whose log says so is refused.
+- `r2r/utils/model_configs.json` is git-ignored upstream (its README has users write it); a checkout without
+  it fails at import, so it is asked for in one line.
+
+On CPU (`device: cpu` models, e.g. `make official-cpu` on the local pair): the same server, with our
+adaptations loaded into its processes (official_r2r_launch); a pair with no config in the checkout gets one
+written from the model set.
 """
 
 from __future__ import annotations
@@ -52,8 +62,9 @@ from baselines.official_r2r_launch import (
     LaunchOptions,
     build_launch,
     free_port,
+    on_cpu,
 )
-from tokenrouter.algorithms.checkpoints import check_router
+from tokenrouter.algorithms.checkpoints import check_router, export_official, is_ours, saved_threshold
 from tokenrouter.algorithms.router_sources import resolve_router
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
@@ -63,6 +74,10 @@ from tokenrouter.system import ServingSystem, SystemSetup
 PINNED_COMMIT = "14994a0"  # last commit before 3f33652 added random 10% routing to slm_server.py
 RANDOM_ROUTING = re.compile(r"model_choices\s*=\s*torch\.bernoulli\(\s*torch\.full\(")
 SLM_SERVER = "r2r/models/sglang_patch/slm_server.py"
+MODEL_CONFIGS = "r2r/utils/model_configs.json"
+COPIED_FROM = ".copied_from"  # written by scripts/official_r2r_env.sh into its copy
+OUR_ENV = ".venv-r2r/R2R"  # where scripts/official_r2r_env.sh (make official-venv) puts its copy
+RANDOM_EMBEDDINGS = "Using randomly initialized LM head and embeddings"  # r2r/models/router.py, on a failed copy
 DATASET_THRESHOLDS = {"aime": 0.40595959595959596, "low_effort": 0.40595959595959596,
                       "high_effort": 0.40595959595959596, "gpqa": 0.42}
 DEFAULT_THRESHOLD = 0.5
@@ -90,6 +105,10 @@ def official_version(repo: Path, python: str) -> str:
                              timeout=30, check=False)
         if out.returncode == 0:
             return out.stdout.strip()
+    copied = repo / COPIED_FROM  # make official-venv's copy: name the checkout it was copied from
+    if copied.is_file():
+        source = Path(copied.read_text().strip())
+        return official_version(source, python) if (source / ".git").exists() else f"copy of {source}"
     probe = "import importlib.metadata as m; print(m.version('r2r'))"
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     return f"r2r {out.stdout.strip()}" if out.returncode == 0 and out.stdout.strip() else "unknown"
@@ -107,6 +126,7 @@ class RunInfo:
     overlap_tp_schedule: bool
     cuda_visible_devices: str
     random_routing: bool
+    device: str = "cuda"  # cpu: run with our CPU adaptations (official_r2r_cpu/)
 
 
 class OfficialR2R(ServingSystem):
@@ -150,6 +170,10 @@ class OfficialR2R(ServingSystem):
                 raise UserError(f"official R2R server exited with status {status}: ...{tail}")
             try:
                 if (await self._client.get("/health", timeout=2.0)).status_code == 200:
+                    if RANDOM_EMBEDDINGS in log_path.read_text(errors="replace"):
+                        await self.close()
+                        raise UserError("official R2R's router could not copy the small model's token embedding "
+                                        "and would route with a random one (its server log says so): refused")
                     return
             except httpx.TransportError:
                 pass
@@ -217,32 +241,40 @@ def from_setup(setup: SystemSetup) -> OfficialR2R:
     if len(setup.models) != 2:
         raise UserError("system=official_r2r needs exactly two models (small, large)")
     small, large = setup.models
-    repo = _find_repo(opts.get("repo"))
-    python = opts.get("python") or str(repo / ".venv" / "bin" / "python")
+    repo = find_repo(opts.get("repo"))
+    python = opts.get("python") or _default_python(repo)
+    python = str(Path(python).expanduser().absolute()) if "/" in python else python  # the server runs in repo
     if not shutil.which(python):
         raise UserError(f"official_r2r: no Python interpreter at {python} (set system.python to R2R's environment)")
+    cpu = on_cpu(small, large)
     config = Path(opts["config"]) if opts.get("config") else repo / "config" / config_name(setup.models)
-    if not config.is_file():
+    if config.is_file():
+        official = json.loads(config.read_text())  # its "yaml" configs are JSON, read by its server with json.load
+    elif cpu and not opts.get("config"):
+        official = pair_config(small, large)
+    else:
         raise UserError(f"official_r2r: no R2R config {config} for models "
                         f"{[m.source for m in setup.models]} (set system.config)")
-    official = json.loads(config.read_text())  # its "yaml" configs are JSON, read by its server with json.load
     random_routing = _random_routing(repo, opts.get("on_random_routing", "error"))
-    router = _router(opts, setup, official)
     workdir = Path(tempfile.mkdtemp(prefix="tokenrouter-r2r-"))
     os.chmod(workdir, 0o700)
-    port = int(opts.get("port") or free_port())
-    launch_opts = LaunchOptions(
-        python=python, config_path=workdir / "config.json", port=port, threshold=_threshold(opts, setup),
-        router=router, tp_small=int(opts.get("tp_small") or small.tp), tp_large=int(opts.get("tp_large") or large.tp),
-        overlap_tp_schedule=bool(opts.get("overlap_tp_schedule", True)))
     try:
+        router, saved, router_source = _router(opts, setup, official, workdir)
+        port = int(opts.get("port") or free_port())
+        launch_opts = LaunchOptions(
+            python=python, config_path=workdir / "config.json", port=port,
+            threshold=_threshold(opts, setup, saved), router=router,
+            tp_small=int(opts.get("tp_small") or small.tp), tp_large=int(opts.get("tp_large") or large.tp),
+            overlap_tp_schedule=bool(opts.get("overlap_tp_schedule", True)) and not cpu,
+            local_models=all(_local_path(m) for m in setup.models))
         launch = build_launch(launch_opts, official, small, large, os.environ.get("CUDA_VISIBLE_DEVICES"))
     except UserError:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     info = RunInfo(commit=official_version(repo, python), pinned_commit=PINNED_COMMIT, server=SERVER,
-                   router=router, threshold=launch_opts.threshold, overlap_tp_schedule=launch_opts.overlap_tp_schedule,
-                   cuda_visible_devices=launch.env["CUDA_VISIBLE_DEVICES"], random_routing=random_routing)
+                   router=router_source, threshold=launch_opts.threshold, overlap_tp_schedule=launch_opts.overlap_tp_schedule,
+                   cuda_visible_devices=launch.env["CUDA_VISIBLE_DEVICES"], random_routing=random_routing,
+                   device="cpu" if cpu else "cuda")
     return OfficialR2R(setup.models, repo, workdir, launch, info, port=port,
                        startup_timeout_s=float(opts.get("startup_timeout_s") or 1800),
                        request_timeout_s=float(opts.get("request_timeout_s") or 3600))
@@ -260,42 +292,82 @@ def _random_routing(repo: Path, policy: str) -> bool:
     return found
 
 
-def _router(opts: dict[str, Any], setup: SystemSetup, official: dict[str, Any]) -> str:
-    """The local checkpoint both systems use: system.router, else algorithm.router (r2r), else the official
-    config's router_path; read weights-only here, since the official code unpickles it in full."""
+def _router(opts: dict[str, Any], setup: SystemSetup, official: dict[str, Any],
+            workdir: Path) -> tuple[str, float | None, str]:
+    """The local checkpoint the server reads, the threshold saved with it, and where it came from: system.router, else
+    algorithm.router (r2r), else the official config's router_path. An official .pt is read weights-only here
+    (the official code unpickles it in full); ours is exported in the official layout into `workdir`."""
     algo = setup.algorithm.params.get("router") if setup.algorithm.name == "r2r" else None
     ref = opts.get("router") or algo or (official.get("router") or {}).get("router_path")
     if not ref:
         raise UserError("official_r2r: no router (set system.router or algorithm.router)")
     path = resolve_router(str(ref))
+    if is_ours(path):
+        small = _local_path(setup.models[0]) or setup.models[0].source
+        out = workdir / "router.pt"
+        return str(out), export_official(str(path), out, pretrained=small), f"{path} (exported)"
     if path.suffix != ".pt":
-        raise UserError(f"official_r2r: router {str(ref)!r} is not an official .pt checkpoint (the official code "
-                        "reads only those)")
+        raise UserError(f"official_r2r: router {str(ref)!r} is neither an official .pt checkpoint nor ours "
+                        "(.safetensors + .json)")
     check_router(str(path), "r2r")
-    return str(path)
+    return str(path), saved_threshold(str(path)), str(path)
 
 
-def _threshold(opts: dict[str, Any], setup: SystemSetup) -> float:
-    """system.threshold, then algorithm.threshold (r2r sweeps), then the workload's dataset default."""
+def _threshold(opts: dict[str, Any], setup: SystemSetup, saved: float | None) -> float:
+    """system.threshold, then algorithm.threshold (r2r sweeps), then the router's saved threshold (what
+    `algorithm=r2r` uses), then the workload's dataset default."""
     algo = setup.algorithm.params.get("threshold") if setup.algorithm.name == "r2r" else None
-    for value in (opts.get("threshold"), algo):
+    for value in (opts.get("threshold"), algo, saved):
         if value is not None:
             return float(value)
     return dataset_threshold(setup.workload_name)
 
 
-def _find_repo(repo: str | None) -> Path:
-    """The R2R checkout: `system.repo`, else found from an importable `r2r` package (editable install)."""
+def _local_path(model: ModelSpec) -> str | None:
+    """The model's local directory, None for a Hub id (downloaded at start)."""
+    from tokenrouter.engine.loader import resolve_source
+
+    resolved = resolve_source(model.source)
+    return str(resolved.location) if resolved.is_local else None
+
+
+def pair_config(small: ModelSpec, large: ModelSpec) -> dict[str, Any]:
+    """R2R's model config (its config/*.yaml layout) for a pair its checkout has none for: the members' local
+    paths or Hub ids; `param` (billions, used only to split GPU memory) does not matter on CPU."""
+    def member(m: ModelSpec) -> dict[str, Any]:
+        return {"model_name": m.name, "model_path": _local_path(m) or m.source, "param": "1",
+                "mem_fraction_static": 0.9}
+
+    return {"quick": member(small), "reference": member(large), "router": {}}
+
+
+def find_repo(repo: str | None) -> Path:
+    """The R2R checkout: `system.repo`, else found from an importable `r2r` package (editable install), else
+    the copy `make official-venv` installs (.venv-r2r/R2R under the working directory)."""
     if repo:
-        path = Path(repo).expanduser()
+        path = Path(repo).expanduser().absolute()
     else:
         try:
             import r2r  # noqa: F401 - only to locate an editable install
         except ImportError:
-            raise UserError("system=official_r2r needs the thu-nics/R2R code: git clone "
-                            "https://github.com/thu-nics/R2R, install it in its own environment "
-                            "(see baselines/official_r2r.py) and set system.repo=PATH") from None
-        path = Path(r2r.__file__).resolve().parents[1]
+            path = Path(OUR_ENV).absolute()
+            if not path.is_dir():
+                raise UserError("system=official_r2r needs the thu-nics/R2R code: `make official-venv` (from "
+                                "../shared/third_party or R2R_SRC=your clone), or git clone "
+                                "https://github.com/thu-nics/R2R, install it in its own environment "
+                                "(see baselines/official_r2r.py) and set system.repo=PATH") from None
+        else:
+            path = Path(r2r.__file__).resolve().parents[1]
     if not (path / SERVER_SCRIPT).is_file() or not (path / SLM_SERVER).is_file():
         raise UserError(f"official_r2r: {path} is not a thu-nics/R2R checkout (no {SERVER_SCRIPT})")
+    if not (path / MODEL_CONFIGS).is_file():
+        raise UserError(f"official_r2r: {path} has no {MODEL_CONFIGS}, which its code reads at import (git-ignored "
+                        "upstream; its README has you write it): copy one of its config/*.yaml there")
     return path
+
+
+def _default_python(repo: Path) -> str:
+    """The checkout's own `.venv`, else the environment it sits in (`make official-venv`: <venv>/R2R)."""
+    inside = repo.parent / "bin" / "python"
+    own = repo / ".venv" / "bin" / "python"
+    return str(inside if not own.exists() and inside.exists() else own)

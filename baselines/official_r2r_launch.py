@@ -6,6 +6,10 @@ Read from thu-nics/R2R at commit 14994a0: `script/inference/launch_r2r_server.py
 `r2r/models/sglang_patch/sl_disaggregation_system.py` (GPU use: the small model's ranks on visible GPUs
 0..tp_small-1; the large model's on the next tp_large GPUs, or, with `--overlap-tp-schedule`, on GPUs
 0..tp_large-1 too, memory split between the two models sharing them).
+
+On CPU (both models' device `cpu`) the same server runs with our adaptations loaded into its processes
+(`official_r2r_cpu/`, first on its PYTHONPATH: its sitecustomize installs import hooks; R2R's files are
+untouched): no GPUs, the models' dtype, KV pool and threads, Hub offline when the models are local.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
 
+CPU_SHIM = Path(__file__).with_name("official_r2r_cpu")
 SERVER_SCRIPT = "script/inference/launch_r2r_server.py"
 # What that script serves. It has no lock-step mode: the lock-step engine the paper calls "official R2R" is
 # DynamicSimpleSGLangSelector (r2r/models/dynamic_sglang_selector.py, driven by script/playground/speed_benchmark.py).
@@ -37,6 +42,7 @@ class LaunchOptions:
     tp_small: int = 1
     tp_large: int = 2
     overlap_tp_schedule: bool = True
+    local_models: bool = False  # every model (and the router) is a local path: the Hub is not asked
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,30 @@ def visible_devices(small: ModelSpec, large: ModelSpec, tp_small: int, tp_large:
     return ",".join(names[i] for i in ids)
 
 
+def on_cpu(small: ModelSpec, large: ModelSpec) -> bool:
+    """Whether the pair runs on CPU (both members); a pair split between CPU and GPU is refused."""
+    cpu = [m.device.strip() == "cpu" for m in (small, large)]
+    if cpu[0] != cpu[1]:
+        raise UserError(f"official_r2r runs both models on GPUs or both on CPU: small on {small.device!r}, "
+                        f"large on {large.device!r}")
+    return cpu[0]
+
+
+def cpu_env(small: ModelSpec, large: ModelSpec, local_models: bool) -> dict[str, str]:
+    """The server's environment on CPU: our adaptations first on its path, the pair's dtype, KV pool and threads
+    (one setting for both: the official server builds both models alike)."""
+    for key in ("dtype", "threads"):
+        if getattr(small, key) != getattr(large, key):
+            raise UserError(f"official_r2r on CPU runs both models with one {key}: small has "
+                            f"{getattr(small, key)!r}, large {getattr(large, key)!r}")
+    env = {"TOKENROUTER_R2R_CPU": "1", "PYTHONPATH": str(CPU_SHIM), "CUDA_VISIBLE_DEVICES": "",
+           "TOKENROUTER_R2R_DTYPE": small.dtype, "TOKENROUTER_R2R_KV_TOKENS": str(max(small.kv_tokens, large.kv_tokens)),
+           "OMP_NUM_THREADS": str(small.threads)}
+    if local_models:
+        env["HF_HUB_OFFLINE"] = "1"  # the router's loader asks the Hub first for any path; nothing to ask for
+    return env
+
+
 def server_config(official: dict[str, Any], router: str, threshold: float) -> dict[str, Any]:
     """Its config with our router and threshold written in: its server lets `router.threshold` in the file
     override the CLI flag, and `router.router_path` would otherwise be resolved again by its own code."""
@@ -97,10 +127,14 @@ def build_launch(opts: LaunchOptions, official: dict[str, Any], small: ModelSpec
     cmd = [opts.python, SERVER_SCRIPT, "--config-path", str(opts.config_path), "--host", "127.0.0.1",
            "--port", str(opts.port), "--threshold", str(opts.threshold),
            "--tp-size-quick", str(opts.tp_small), "--tp-size-ref", str(opts.tp_large)]
+    config = server_config(official, opts.router, opts.threshold)
+    if on_cpu(small, large):
+        if max(opts.tp_small, opts.tp_large) > 1:
+            raise UserError("official_r2r on CPU runs each model in one process (tp 1): set both models' tp to 1")
+        return Launch(cmd, cpu_env(small, large, opts.local_models), config, opts.config_path)
     if opts.overlap_tp_schedule:
         cmd.append("--overlap-tp-schedule")
     devices = visible_devices(small, large, opts.tp_small, opts.tp_large, opts.overlap_tp_schedule, parent_visible)
-    config = server_config(official, opts.router, opts.threshold)
     return Launch(cmd, {"CUDA_VISIBLE_DEVICES": devices}, config, opts.config_path)
 
 

@@ -44,7 +44,8 @@ from baselines.http_model import (
 from baselines.model_servers import KINDS, ModelServer, trace_path
 from baselines.sglang_server import SGLangServerOptions
 from tokenrouter import handoff
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult, algorithm_class, build_algorithm
+from tokenrouter.algorithms import algorithm_class, build_algorithm
+from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
 from tokenrouter.errors import UserError

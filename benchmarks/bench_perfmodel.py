@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_perfmodel.py            # all figures (a few minutes on 2 cores)
     .venv/bin/python benchmarks/bench_perfmodel.py --quick    # skip the slow 3-model run at delta = 0.1 ms
 
-Goals (issue 3): optimize r2r at N = 16 <= 10 s; one throughput at N = 64 <= 5 s; optimize a 3-model
+Goals: optimize r2r at N = 16 <= 10 s; one throughput at N = 64 <= 5 s; optimize a 3-model
 ensemble at N = 8 <= 30 s. Also: B*(N) table time for `thresholds=auto`, and tokenrouter (auto thresholds)
 against lock-step R2R on the sim-r2r setting (p = 0.35, 6.0 / 27.9 ms).
 """

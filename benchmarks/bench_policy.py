@@ -5,7 +5,7 @@ on its own observation (own queue, N), and the optimal launch policy (knows ever
     .venv/bin/python benchmarks/bench_policy.py --quick    # N up to 4
     .venv/bin/python benchmarks/bench_policy.py --measure 4,8 --window 8   # and on the runtime (sim engines)
 
-Settings (issue 17): the paper's validation setting (R2R p = 0.35, 6.0 / 27.9 ms), a 3-model ensemble (weights
+Settings: the paper's validation setting (R2R p = 0.35, 6.0 / 27.9 ms), a 3-model ensemble (weights
 0.5 / 0.3 / 0.2, 6 / 15 / 28 ms at a 1 ms quantum: the optimum's state space is the union over all policies),
 a 50x step ratio (1 / 50 ms), and p = 0.05 and p = 0.6.
 

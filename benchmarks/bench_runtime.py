@@ -46,7 +46,7 @@ from burner import Burner
 from proc_stat import cpu_seconds
 
 from tokenrouter import event_loop
-from tokenrouter.api import build_algorithm
+from tokenrouter.algorithms import build_algorithm
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.sim import SimEngine

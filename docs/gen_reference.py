@@ -135,6 +135,19 @@ SUMMARY = {
     "provenance": "date, git commit and dirty flag, package versions, devices, host, the command typed",
     "sweeper": "the Hydra sweeper that made the run (basic: a grid), null for a single run",
     "trace": "runtime.trace: the trace's figures (below; `tokenrouter trace summarize` prints them)",
+    "machine": "the machine's state while the run was measured (below): whether its timings can be compared",
+}
+MACHINE = {
+    "cores": "CPUs this process may run on",
+    "load_before": "1-minute load average as the measured part started (it counts this run's own processes, "
+                   "and in a sweep the previous run's)",
+    "load_after": "the same as it ended",
+    "others_cpu_share": "share of the machine's CPU time used by processes other than this run's while it was "
+                        "measured (Linux /proc; null elsewhere)",
+    "steal_share": "share of the CPU time the hypervisor gave to other guests (null where the kernel does not say)",
+    "step_ms": "per model: `measured` (mean engine step, ms), `mean_batch`, `expected` (the step time at that batch "
+               "from the model's start-up profile, its latency_profile file, its sim step times or the committed "
+               "reference), `source`, `ratio` (measured / expected)",
 }
 TRACE = {
     "window_s": "the run's first event to its last (the same window for every model)",
@@ -197,6 +210,17 @@ def results_page() -> str:
         raise SystemExit(f"docs/gen_reference.py: describe the new requests.jsonl key(s) {unknown} in REQUEST")
     for key in {**request, "text": None}:
         parts.append(f"| `{key}` | {REQUEST[key]} |\n")
+    unknown = sorted(set(summary["machine"]) - set(MACHINE))
+    if unknown:
+        raise SystemExit(f"docs/gen_reference.py: describe the new machine figure(s) {unknown} in MACHINE")
+    from evals.machine import OTHERS_SHARE, STEAL_SHARE, STEP_RATIO
+
+    parts.append("\n## summary.json `machine`\n\nReports and the demo call a comparison *contended*, and say "
+                 f"so beside its ratio, when other processes used more than {OTHERS_SHARE:.0%} of the CPU time "
+                 f"(where that is known; elsewhere a load average above the cores), the hypervisor took more than "
+                 f"{STEAL_SHARE:.0%}, or the slowest model's steps took more than {STEP_RATIO:g}x the expected time "
+                 "(`evals/machine.py`).\n\n| key | what |\n| --- | --- |\n")
+    parts += [f"| `{key}` | {MACHINE[key]} |\n" for key in summary["machine"]]
     trace, per_model = summary["trace"], next(iter(summary["trace"]["models"].values()))
     unknown = sorted((set(trace) - set(TRACE) - {"models"}) | (set(per_model) - set(TRACE_MODEL)))
     if unknown:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from evals import run_record
+from evals import machine, run_record
 from evals.metrics import SLO_METRICS
 from evals.preconditions import start_problems
 from evals.provenance import provenance
@@ -281,10 +281,12 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
             # cyclic GC's full collections for the measured part, as in TokenRouter's subservers (heap.py):
             # every system gets the same treatment
             freeze_startup()
+            before = machine.snapshot()
             try:
                 results, elapsed, crash = await drive(system, prep.requests, clients, on_result, arrivals)
             finally:
                 gc.unfreeze()
+            after = machine.snapshot()
             stats = await system.refresh_stats()
             extra = system.summary_extra()
         finally:
@@ -314,6 +316,11 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
 
     # geometric run lengths and stationary rates per model, from `model_runs` (None when the rows have none)
     summary["model_validity"] = model_validity(rows, system.model_names)
+    summary["machine"] = machine.record(before, after, machine.step_times(stats, list(specs.values()),
+                                                                         cfg.models.get("name")))
+    reasons = machine.worst([machine.contention(summary["machine"])])
+    if reasons:
+        log.warning("timings of this run are contended: %s", "; ".join(reasons))
     summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
     if cfg.runtime.get("trace", False):
         from evals.run_trace import write_run_trace

@@ -129,7 +129,7 @@ def describe(row: pd.Series, keys: Iterable[str]) -> str:
 
 def value(v: object) -> object:
     """A config value as a table shows it (a key a run does not have: MISSING)."""
-    return MISSING if v is None or (isinstance(v, float) and pd.isna(v)) else v
+    return MISSING if v is None or v is pd.NA or (isinstance(v, float) and pd.isna(v)) else v
 
 
 def split_series(runs: pd.DataFrame, series: pd.Series, by: Sequence[str] = (), *, along: Sequence[str] = (),

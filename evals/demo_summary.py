@@ -14,6 +14,8 @@ from typing import Any
 
 import pandas as pd
 
+from evals.headline import ratio_interval
+from evals.machine import contended
 from evals.runs_table import PER_REQUEST, THROUGHPUT, series_label
 
 TOKEN_LEVEL = "tokenrouter"
@@ -109,7 +111,9 @@ def lockstep_pairs(df: pd.DataFrame) -> pd.DataFrame:
 
 def throughput_ratios(pairs: pd.DataFrame) -> list[dict[str, Any]]:
     """TokenRouter / lock-step throughput for every (algorithm, settings, N) pair: the ratio of the means over
-    repeats, and the ratio within each repeat (seed) that ran on both systems, whose minimum is the worst run."""
+    repeats, the ratio within each repeat (seed) that ran on both systems (whose minimum is the worst run), its
+    95% interval (`evals.headline.ratio_interval`; None for one repeat) and why the machine made its runs'
+    timings not comparable (`evals.machine`; empty when nothing is known against them)."""
     rows = []
     for (algorithm, settings, n), group in pairs.groupby(
         [pairs["algorithm"], pairs.apply(algorithm_settings, axis=1), pairs["concurrency"]]
@@ -127,6 +131,8 @@ def throughput_ratios(pairs: pd.DataFrame) -> list[dict[str, Any]]:
                 "lockstep tok/s": float(tput["lockstep"]),
                 "ratio": float(tput[TOKEN_LEVEL] / tput["lockstep"]) if tput["lockstep"] else math.nan,
                 "ratio per repeat": per_seed,
+                "interval": list(interval) if (interval := ratio_interval(per_seed)) else None,
+                "contended": contended(group),
             }
         )
     return rows

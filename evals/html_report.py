@@ -1,10 +1,14 @@
 """`report.html`: one self-contained page per study (no network access: styles, script and charts inline).
 
-Sections, each written when the runs hold what it needs: accuracy-throughput Pareto plots (hover a point for
-its run and configuration), the tables the other reports wrote (Table 3, query-level, systems, ablation), open
-loop load curves, a batch timeline of one TokenRouter run beside one lock-step run of the same setting (from
-their trace.json, on one time scale), a sample of responses with each token coloured by the model that produced
-it (samples.json), and every run's details. The PNG/PDF/LaTeX outputs stay for papers.
+It opens with the answer: one card per comparison of TokenRouter with an R2R baseline on the same configuration
+(the throughput ratio and its 95% interval over repeats, the accuracy difference, the paper's figure where it
+has one, and a warning where the machine was contended: `evals.headline`). Then, each written when the runs
+hold what it needs: the tables the other reports wrote (Table 3, query-level, systems, ablation; columns empty
+in every row left out), the accuracy-throughput Pareto plots (hover a point for its run and configuration; a
+series' line joins its points in the order of the swept value), open loop load curves, a batch timeline of one
+TokenRouter run beside one lock-step run of the same setting (from their trace.json, on one time scale), a
+sample of responses with each token coloured by the model that produced it (samples.json), and every run's
+details. The PNG/PDF/LaTeX outputs stay for papers.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from typing import Any
 
 import pandas as pd
 
-from evals.runs_table import THROUGHPUT, has, pair_label, series_label
+from evals.headline import Headline, headlines, interval_text
+from evals.machine import note
+from evals.runs_table import THROUGHPUT, has, pair_label, series_label, system_label
 from evals.svg import KIND_COLORS, PALETTE, Point, Series, chart, esc, legend, timeline
 from tokenrouter.trace.summary import TRACE_FILE, format_summary, load_trace, summarize
 
@@ -33,8 +39,9 @@ SAMPLES_SHOWN = 4
 def write_html_report(df: pd.DataFrame, out: Path) -> Path:
     """report.html under `out` (the tables the other reports wrote there are read back from their CSVs)."""
     sections = [
-        ("pareto", "Accuracy vs throughput", pareto_section(df)),
+        ("answer", "TokenRouter against R2R", answer_section(df)),
         ("tables", "Tables", tables_section(out)),
+        ("pareto", "Accuracy vs throughput", pareto_section(df)),
         ("load", "Load curves (open loop)", load_section(df)),
         ("timeline", "Batch timelines", timeline_section(df)),
         ("tokens", "Responses, token by token", tokens_section(df)),
@@ -56,21 +63,81 @@ def write_html_report(df: pd.DataFrame, out: Path) -> Path:
 # ---- sections -------------------------------------------------------------------------------------------
 
 
+def answer_section(df: pd.DataFrame) -> str:
+    """One card per comparison of TokenRouter with an R2R baseline (evals.headline)."""
+    found = headlines(df)
+    if not found:
+        return ""
+    intro = ('<p class="note">TokenRouter\'s decoding throughput over the baseline\'s on the same configuration '
+             "(mean over repeats; the interval from the per-repeat ratios), the accuracy of both, and the paper's "
+             "figure where it reports this setting (GPUs).</p>")
+    return intro + '<div class="cards">' + "".join(card(h) for h in found) + "</div>"
+
+
+def card(h: Headline) -> str:
+    spread = interval_text(h.per_repeat) or "one repeat: no interval"
+    lines = [f'<div class="ratio">{h.ratio:.2f}x</div>',
+             f'<div class="what">TokenRouter / {esc(h.rival)} throughput: {h.subject_tok_s:.1f} vs '
+             f"{h.rival_tok_s:.1f} tok/s</div>", f'<div class="spread">{esc(spread)}</div>']
+    if h.accuracy is not None:
+        diff = 100 * (h.accuracy[0] - h.accuracy[1])
+        lines.append(f'<div class="acc">accuracy {h.accuracy[0]:.1%} vs {h.accuracy[1]:.1%} '
+                     f"({diff:+.1f} points)</div>")
+    if h.paper is not None:
+        lines.append(f'<div class="paper">paper (Table 3, GPUs): {h.paper:.2f}x</div>')
+    if h.contended:
+        lines.append(f'<div class="warn">{esc(sentence_case(note(h.contended)))}.</div>')
+    kind = "card contended" if h.contended else "card"
+    return f'<div class="{kind}"><div class="title">{esc(h.title)}</div>{"".join(lines)}</div>'
+
+
+def sentence_case(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def pareto_section(df: pd.DataFrame) -> str:
+    from evals.comparable import config_keys, key_name, split_series
+    from evals.demo_summary import setting
+    from evals.plots import series_across_setups, swept
+
     runs = has(df, "accuracy", THROUGHPUT, "system")
     if runs.empty:
         return ""
+    # series as the PNG Pareto plot names them: runs that differ in anything but the swept knob are apart
+    keys = [k for k in config_keys(runs) if not swept(key_name(k))]
+    runs = runs.assign(series=split_series(runs, series_across_setups(runs), ["workload"], keys=keys),
+                       setting=runs.apply(setting, axis=1))
     parts = []
     for (workload, models), group in runs.groupby(["workload", "models"], dropna=False):
-        group = group.assign(series=group.apply(series_label, axis=1))
         series = []
         for k, (name, pts) in enumerate(group.groupby("series")):
-            points = [Point(r[THROUGHPUT], 100 * r["accuracy"], run_tip(r)) for _, r in pts.iterrows()]
+            # a point per setting (the mean over its repeats), joined in the order of the swept value
+            points = [Point(g[THROUGHPUT].mean(), 100 * g["accuracy"].mean(), setting_tip(g))
+                      for _, g in sorted(pts.groupby("setting"), key=lambda item: setting_order(item[0]))]
             series.append(Series(str(name), points, PALETTE[k % len(PALETTE)], line=len(points) > 1))
         parts.append(chart(series, "throughput (tok/s)", "accuracy (%)",
                            f"{workload}, pair {pair_label(models)}"))
     return '<p class="note">Hover a point for its run and configuration.</p>' + "".join(
         f'<div class="panel">{p}</div>' for p in parts)
+
+
+def setting_order(setting: str) -> tuple:
+    """Sort key of a point's setting (`threshold=0.5,tau=2`): by each value, numerically where it is a number."""
+    key = []
+    for part in str(setting).split(","):
+        text = part.split("=", 1)[-1]
+        try:
+            key.append((0, float(text), ""))
+        except ValueError:
+            key.append((1, 0.0, text))
+    return tuple(key)
+
+
+def setting_tip(runs: pd.DataFrame) -> str:
+    """A point's tip: its setting, the repeats averaged, then the first run's identity and figures."""
+    first = runs.iloc[0]
+    head = f"{first['setting']}" + (f" (mean of {len(runs)} repeats)" if len(runs) > 1 else "")
+    return "\n".join([head, run_tip(first)]) if head else run_tip(first)
 
 
 def run_tip(row: pd.Series) -> str:
@@ -206,7 +273,8 @@ def runs_section(df: pd.DataFrame) -> str:
         return ""
     rows = []
     for _, row in df.iterrows():
-        cells = "".join(f"<td>{esc(_cell(row.get(c)))}</td>" for c in DETAIL_COLUMNS)
+        cells = "".join(f"<td>{esc(_cell(system_label(row) if c == 'system' else row.get(c)))}</td>"
+                        for c in DETAIL_COLUMNS)
         config = {k.removeprefix("cfg."): _plain(v) for k, v in row.items() if k.startswith("cfg.") and _present(v)}
         extra = ""
         path = Path(str(row.get("run_dir"))) / TRACE_FILE
@@ -223,6 +291,8 @@ def runs_section(df: pd.DataFrame) -> str:
 
 
 def html_table(table: pd.DataFrame) -> str:
+    """A table, leaving out the columns empty in every row."""
+    table = table.loc[:, [c for c in table.columns if table[c].map(_present).any()]]
     head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
     body = "".join("<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in row) + "</tr>"
                    for row in table.itertuples(index=False))
@@ -230,7 +300,10 @@ def html_table(table: pd.DataFrame) -> str:
 
 
 def _present(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v))
+    """Whether a cell holds a value (None, NaN and pandas' NA do not)."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return False
+    return not (isinstance(v, float) and math.isnan(v))
 
 
 def _plain(v: Any) -> Any:
@@ -262,6 +335,11 @@ section{background:#fff;margin:16px 24px;padding:16px 20px;border:1px solid #e3e
 table{border-collapse:collapse;font-size:12px}th,td{border:1px solid #e1e1e1;padding:3px 6px;text-align:right}
 th{background:#f3f3f3;position:sticky;top:0}td:first-child,th:first-child{text-align:left}
 tr.details td{text-align:left;border-top:none}details pre{max-height:320px;overflow:auto}
+.cards{display:flex;flex-wrap:wrap;gap:12px}.card{border:1px solid #d9d9d9;border-radius:6px;padding:10px 14px;
+min-width:240px;max-width:360px;background:#fcfcfc}.card .title{font-size:12px;color:#444;font-weight:600}
+.card .ratio{font-size:30px;font-weight:700;margin:2px 0}.card .what,.card .spread,.card .acc,.card .paper{
+font-size:12px;color:#333}.card .spread{color:#666}.card.contended{border-color:#d08a00;background:#fff8e6}
+.card.contended .ratio{color:#8a6a00}.card .warn{margin-top:6px;font-size:12px;color:#7a4a00}
 .scroll{overflow-x:auto}pre.summary{font-size:12px;background:#f6f6f6;padding:6px 8px;overflow-x:auto}
 .sample{margin:10px 0 14px}.sample .meta{color:#666;font-size:12px}.prompt{color:#777;font-style:italic;
 white-space:pre-wrap;margin:2px 0}.tokens{white-space:pre-wrap;font-family:ui-monospace,Menlo,monospace;

@@ -79,11 +79,13 @@ AXES = {PER_REQUEST: "per-request throughput (output tok/s, mean over requests)"
 
 
 def point_label(setting: str) -> str:
-    """The swept value a point is labelled with: `threshold=0.5` -> `0.5`, a searched
-    `threshold=0.8134184006256638` -> `0.813` (single models: none)."""
-    if setting.startswith("model="):
+    """The setting a point is labelled with, each value beside its key (a bare `0,0.9` reads as one decimal
+    number): `threshold=0.5`, a searched `threshold=0.8134184006256638` -> `threshold=0.813`,
+    `p01=0,p10=0.9` -> `p01=0, p10=0.9` (single models: none, their legend names the model)."""
+    if not setting or setting.startswith("model="):
         return ""
-    return ",".join(_short(part.split("=", 1)[-1]) for part in setting.split(","))
+    parts = [part.split("=", 1) for part in setting.split(",")]
+    return ", ".join(f"{kv[0]}={_short(kv[1])}" if len(kv) == 2 else _short(kv[0]) for kv in parts)
 
 
 def _short(value: str) -> str:
@@ -157,7 +159,7 @@ def _pareto_title(runs: pd.DataFrame, pts: pd.DataFrame, workload: str) -> str:
     if "concurrency" in runs and runs["concurrency"].nunique() == 1:
         parts.append(f"N={runs['concurrency'].iloc[0]}")
     parts.append(f"{int(pts['repeats'].max())} repeat(s) per point")
-    return ", ".join(parts) + "\n(error bars: throughput std over repeats, accuracy mean 95% CI; labels: swept value)"
+    return ", ".join(parts) + "\n(error bars: throughput std over repeats, accuracy mean 95% CI; labels: swept setting)"
 
 
 def threshold_validation_plot(df: pd.DataFrame, out: Path) -> list[Path]:

@@ -19,6 +19,7 @@ EMBEDDING_ROUTERS = ("r2r",)
 # algorithms that route by a trained router network, which the job must name
 ROUTED_BY_A_NETWORK = ("r2r", "citer", "co_llm")
 OWN_ROUTING = ("single", "official_r2r", "query_routing")  # systems that never build the algorithm's router
+OWN_ENGINES = ("official_r2r",)  # systems whose server runs the models itself, in its own environment
 
 
 def start_problems(cfg: Any, here: bool = True) -> list[str]:
@@ -71,7 +72,7 @@ def missing_packages(cfg: Any) -> list[str]:
     specs = model_specs(cfg.models)
     system = str(cfg.system.name)
     needs = []
-    if any(s.engine == "sglang" for s in specs):
+    if system not in OWN_ENGINES and any(s.engine == "sglang" for s in specs):
         needs.append(("sglang", "engine sglang", SGLANG_HOW))
     if system.endswith("_sglang") or cfg.system.get("server") == "sglang":
         needs.append(("sglang", f"system {system} (SGLang servers)", SGLANG_HOW))

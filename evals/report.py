@@ -9,7 +9,7 @@ if there are any, else the untagged runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +29,7 @@ from evals.comparable import (
 )
 from evals.left_out import LeftOut, collecting, leave_out
 from evals.left_out import table as left_out_table
+from evals.machine import contended, note
 from evals.oracle import oracle_curve
 from evals.runs_table import PREDICTED, STEADY, THROUGHPUT, has, pair_label, series_label
 from evals.tables import write_table
@@ -105,8 +106,9 @@ def table3(df: pd.DataFrame, out: Path) -> list[Path]:
         row.update({"paper R2R tok/s": ref[0], "paper TokenRouter tok/s": ref[1], "paper gain": ref[2]})
         for system, system_name in SYSTEM_NAMES.items():
             row.update(output_cells(got[system], system_name))
+        row[MACHINE] = machine_cell(c.groups.values())
         rows.append(row)
-    table = sort_rows(pd.DataFrame(rows), ["pair", "N", *map(key_name, shown)])
+    table = without_quiet_machines(sort_rows(pd.DataFrame(rows), ["pair", "N", *map(key_name, shown)]))
     caption = ("Table 3: R2R vs TokenRouter decoding throughput (tok/s), one row per configuration both ran "
                "(config keys in which rows differ are columns); paper figures at N=4 with delayed batching, on GPUs. Output tokens and "
                "large-model shares per system: greedy outputs may differ between systems on GPU.")
@@ -114,6 +116,17 @@ def table3(df: pd.DataFrame, out: Path) -> list[Path]:
 
 
 SYSTEM_NAMES = {**BASELINES, "tokenrouter": "TokenRouter"}
+MACHINE = "timings"  # a comparison's column saying why its runs' timings are not comparable (evals.machine)
+
+
+def machine_cell(groups: Iterable[pd.DataFrame]) -> str | None:
+    """`contended: ...` when the machine made these runs' timings incomparable, else None."""
+    return note(contended(pd.concat(list(groups)))) or None
+
+
+def without_quiet_machines(table: pd.DataFrame) -> pd.DataFrame:
+    """The table without its MACHINE column when no row was contended."""
+    return table.drop(columns=MACHINE) if MACHINE in table and table[MACHINE].isna().all() else table
 
 
 def columns_of(comparisons: list[Comparison]) -> tuple[list[str], list[str]]:
@@ -199,12 +212,22 @@ def ablation(df: pd.DataFrame, out: Path) -> list[Path]:
     table = table.reset_index()
     table["_order"] = table["variant"].map(lambda v: order.index(v) if v in order else len(order))
     table = table.sort_values([*map(key_name, shown), "_order", "variant"]).drop(columns="_order")
-    for n in sorted({int(c.split("=")[1].split()[0]) for c in table.columns if c.startswith("N=")}, reverse=True):
-        table[f"paper N={n}"] = [paper.ABLATION.get(v, {}).get(n) for v in table["variant"]]
-    return write_table(
-        table, out, "ablation", "Ablation: decoding throughput (tok/s) per variant and concurrency N; paper figures "
-        "for its main pair (0.6B/32B)."
-    )
+    # the paper's figures only beside runs on its pair: another pair's (e.g. the sim pair on CPU) are not comparable
+    pairs = (table["models.name"].map(pair_label) if "models.name" in table
+             else pd.Series(pair_label(runs["models"].iloc[0]), index=table.index))
+    on_paper_pair = pairs == paper.ABLATION_PAIR
+    if on_paper_pair.any():
+        for n in sorted({int(c.split("=")[1].split()[0]) for c in table.columns if c.startswith("N=")}, reverse=True):
+            table[f"paper N={n} (GPU)"] = [paper.ABLATION.get(v, {}).get(n) if ok else None
+                                           for v, ok in zip(table["variant"], on_paper_pair, strict=True)]
+        caption = (f"Ablation: decoding throughput (tok/s) per variant and concurrency N; the paper's figures (on "
+                   f"GPUs) beside the rows on its pair ({paper.ABLATION_PAIR}) only.")
+    else:
+        shown_pairs = ", ".join(sorted(set(pairs)))
+        caption = (f"Ablation: decoding throughput (tok/s) per variant and concurrency N, pair {shown_pairs}. The "
+                   f"paper's figures are of another pair ({paper.ABLATION_PAIR}) on GPUs and are not set beside "
+                   "these; compare the variants' order and ratios, not their tok/s.")
+    return write_table(table, out, "ablation", caption)
 
 
 def systems_comparison(df: pd.DataFrame) -> pd.DataFrame:
@@ -232,8 +255,9 @@ def systems_comparison(df: pd.DataFrame) -> pd.DataFrame:
                      "ratio": measured, "ratio (steady)": steady, "predicted ratio": predicted,
                      "difference %": 100 * (measured / predicted - 1),
                      "difference % (steady)": 100 * (steady / predicted - 1),
-                     **output_cells(tr, "tokenrouter"), **output_cells(ls, "lockstep")})
-    return sort_rows(pd.DataFrame(rows), ["N", *map(key_name, shown)])
+                     **output_cells(tr, "tokenrouter"), **output_cells(ls, "lockstep"),
+                     MACHINE: machine_cell(c.groups.values())})
+    return without_quiet_machines(sort_rows(pd.DataFrame(rows), ["N", *map(key_name, shown)]))
 
 
 def systems(df: pd.DataFrame, out: Path) -> list[Path]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evals.machine import valid as machine_valid
 from tokenrouter.fsutil import atomic_write_text
 
 SUMMARY_FILE = "summary.json"
@@ -136,7 +137,10 @@ FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "errors": (_count, "a count"),
     "output_tokens": (_count, "a count"),
     "prompt_tokens": (_count, "a count"),
+    "machine": (machine_valid, "the machine's state: cores >= 1, load averages and CPU shares "
+                "(numbers >= 0 or null, shares <= 1), step_ms per model (evals/machine.py)"),
 }
+
 # every other top-level scalar named like a measurement: a finite number >= 0, or null
 MEASURED_SUFFIXES = ("_s", "_ms", "_tok_s", "_throughput", "_per_request")
 

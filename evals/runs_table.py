@@ -5,6 +5,7 @@ figures (`evals.plots`), so neither imports the other's helpers.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pandas as pd
@@ -27,12 +28,42 @@ def server_of(row: pd.Series) -> str:
     return "sglang" if row.get("server") == "sglang" else "tokenrouter"
 
 
+def model_source(row: pd.Series, name: object) -> str | None:
+    """Where model `name` of a run's set comes from (its member's `source`: a Hub id, a path, `tiny:large`; a
+    weightless model: `sim`), from the run's config record (`cfg.models.members`, JSON); None when the config
+    does not say."""
+    members = row.get("cfg.models.members")
+    try:
+        members = json.loads(members) if isinstance(members, str) else members
+    except ValueError:
+        return None
+    for member in members if isinstance(members, list) else []:
+        if isinstance(member, dict) and member.get("name") == name:
+            if member.get("source"):
+                return str(member["source"])
+            return "sim" if member.get("engine") == "sim" else None
+    return None
+
+
+def single_label(row: pd.Series) -> str:
+    """A single-model run as tables and legends name it: `single (large: Qwen/Qwen3-8B)`, the model's role in
+    its set and where its weights come from (`single (large)` where the config names no source)."""
+    model = row.get("system_model")
+    source = model_source(row, model)
+    return f"single ({model}: {source})" if source else f"single ({model})"
+
+
+def system_label(row: pd.Series) -> str:
+    """The system column of a results table: the system's name, a single-model run's with its model."""
+    return single_label(row) if row.get("system") == "single" else str(row.get("system"))
+
+
 def series_label(row: pd.Series) -> str:
     """How a run is named in legends: the system, plus the algorithm or single model that sets it apart."""
     system = str(row.get("system"))
     where = " on SGLang" if server_of(row) == "sglang" else ""
     if system == "single":
-        return f"{row.get('system_model')}-only{where}"
+        return f"{single_label(row)}{where}"
     if system == "query_routing":
         return f"query-level routing{where}"
     if system in ("tokenrouter", "lockstep", "std_serving") and pd.notna(row.get("algorithm")):

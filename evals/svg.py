@@ -15,7 +15,7 @@ from typing import Any
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf"]
 KIND_COLORS = {"decode": "#4c78a8", "extend": "#f58518", "mixed": "#b279a2"}
-MARGIN = {"left": 64, "right": 16, "top": 28, "bottom": 44}
+MARGIN = {"left": 64, "right": 28, "top": 28, "bottom": 44}  # right: room for half the last x tick label
 
 
 @dataclass
@@ -96,7 +96,9 @@ def chart(series: list[Series], x_label: str, y_label: str, title: str = "", wid
     out.append(f'<text transform="translate(14 {top + h / 2}) rotate(-90)" class="axis" '
                f'text-anchor="middle">{esc(y_label)}</text>')
     for s in series:
-        own = sorted((p for p in s.points if math.isfinite(p.x) and math.isfinite(p.y)), key=lambda p: p.x)
+        # joined in the order given (a swept parameter's, e.g. a threshold's), never re-sorted by x: a line
+        # through a Pareto series sorted by throughput zig-zags wherever accuracy does not fall with speed
+        own = [p for p in s.points if math.isfinite(p.x) and math.isfinite(p.y)]
         if s.line and len(own) > 1:
             path = " ".join(f"{px(p.x):.1f},{py(p.y):.1f}" for p in own)
             dash = ' stroke-dasharray="5 4"' if s.dashed else ""
@@ -121,7 +123,7 @@ def timeline(doc: dict[str, Any], start_ms: float, span_ms: float, width: int = 
     meta = doc["otherData"]["tokenrouter"]
     models = list(meta["models"])
     left, top = 90, 8
-    w = width - left - 12
+    w = width - left - 32  # the last tick's label ("1.6k ms") is centred on the right edge of the lanes
     height = top + lane * len(models) + 30
     lo, hi = start_ms * 1e3, (start_ms + span_ms) * 1e3
 

@@ -1,4 +1,8 @@
-"""The serving systems a benchmark run can drive (`tokenrouter.system.ServingSystem`), picked by `system.name`.
+"""The serving systems a benchmark run can drive (`tokenrouter.system.ServingSystem`), picked by `system.name`:
+a built-in below, an installed entry point in the `tokenrouter.systems` group, or `package.module:function`
+(tokenrouter/registry.py). A system is a function (or class) taking a `SystemSetup` and returning a
+ServingSystem; a baseline of your own is a package with that entry point and a config dir holding
+`system/<name>.yaml` (`tokenrouter bench --config-dir ... system=<name>`).
 
 The contract itself (ServingSystem, SystemSetup, FRONTEND_SEED) lives in the core so that baselines need only
 the core; it is importable from here too, where scripts written against the harness look for it.
@@ -6,12 +10,12 @@ the core; it is importable from here too, where scripts written against the harn
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import fields
 from typing import Any
 
 from tokenrouter.config import RuntimeConfig
 from tokenrouter.errors import UserError
+from tokenrouter.registry import Registry
 from tokenrouter.system import FRONTEND_SEED, ServingSystem, SystemSetup
 
 # system name -> "module:function" taking a SystemSetup (imported lazily: baselines pull optional packages)
@@ -22,7 +26,9 @@ SYSTEMS: dict[str, str] = {
     "query_routing": "baselines.query_routing:from_setup",
     "single": "baselines.single:from_setup",
     "official_r2r": "baselines.official_r2r:from_setup",
+    "official_ensemble": "baselines.official_ensemble:from_setup",
 }
+REGISTRY = Registry("system", "tokenrouter.systems", SYSTEMS, dotted="package.module:function")
 
 # system name -> the config keys it never reads (a key, or a prefix ending in "."), so reports pair one of its
 # runs with a rival's whatever the rival's value there (evals.comparable.place): one lock-step run is the
@@ -34,6 +40,7 @@ LOCKSTEP_READS = ("max_batch_size", "max_step_tokens", "trace", "trace_max_batch
 UNREAD_KEYS: dict[str, tuple[str, ...]] = {
     "lockstep": tuple(f"runtime.{f.name}" for f in fields(RuntimeConfig) if f.name not in LOCKSTEP_READS),
     "official_r2r": ("runtime.",),
+    "official_ensemble": ("runtime.",),
 }
 
 
@@ -54,16 +61,7 @@ def build_system(cfg: Any) -> ServingSystem:
     """The serving system `cfg.system.name` asks for, built (not started) from the experiment config."""
     setup = SystemSetup.from_config(cfg)
     name = setup.system["name"]
-    if name not in SYSTEMS:
-        raise UserError(f"unknown system {name!r}; known: {sorted(SYSTEMS)}")
-    module, _, func = SYSTEMS[name].partition(":")
-    try:
-        factory = getattr(importlib.import_module(module), func)
-    except ModuleNotFoundError as exc:
-        if exc.name and module.startswith(exc.name):
-            raise UserError(f"system {name!r} is not available yet (no module {module})") from None
-        raise
-    system = factory(setup)
-    if not isinstance(system, ServingSystem):  # a registry entry that forgot the contract: a bug, not bad input
-        raise TypeError(f"{SYSTEMS[name]} returned a {type(system).__name__}, not a tokenrouter.system.ServingSystem")
+    system = REGISTRY.get(name)(setup)
+    if not isinstance(system, ServingSystem):  # a factory that forgot the contract (outside code too): one line
+        raise UserError(f"system {name!r} returned a {type(system).__name__}, not a tokenrouter.system.ServingSystem")
     return system

@@ -22,7 +22,7 @@ def write_table(table: pd.DataFrame, out: Path, stem: str, caption: str) -> list
 
 def to_markdown(table: pd.DataFrame) -> str:
     def cell(v: object) -> str:
-        if v is None or (isinstance(v, float) and math.isnan(v)):
+        if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):  # never "<NA>"
             return "--"
         return f"{v:.2f}" if isinstance(v, float) else str(v)
 

@@ -1,9 +1,10 @@
 """Workloads: the problems a benchmark run sends, loaded by name from the `workload` config group.
 
 A workload is model-agnostic: problems carry chat messages (rendered later with the entry model's chat
-template by `encode_problem`) or pre-tokenized prompt ids (synthetic). Loaders are looked up in `LOADERS` by
-`workload.loader` (default: `workload.name`), as "module:function" strings imported on first use; a YAML may
-also name its own `loader: mypackage.module:function`, so a new workload is one function plus one YAML.
+template by `encode_problem`) or pre-tokenized prompt ids (synthetic). Loaders are looked up by `workload.loader` (default:
+`workload.name`) in `LOADER_REGISTRY` (tokenrouter/registry.py): built in (`LOADERS`, "module:function" strings
+imported on first use), an installed entry point in the `tokenrouter.workloads` group, or a YAML's own
+`loader: mypackage.module:function`, so a new workload is one function plus one YAML.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenrouter.errors import UserError
+from tokenrouter.registry import Registry
 
 KINDS = ("math", "choice", "none")
 
@@ -52,24 +54,18 @@ LOADERS: dict[str, str] = {
     "synthetic": "evals.loaders:load_synthetic",
     "arith": "evals.arith:load_arith",
 }
+LOADER_REGISTRY = Registry("workload loader", "tokenrouter.workloads", LOADERS, dotted="package.module:function")
 GENERATED = {"synthetic", "arith"}  # loaders that make their problems and read no data file
 
 
 def loader_function(name: str, loader: str) -> Callable[[Any, int], Workload]:
-    """A workload loader: built in (LOADERS), an installed entry point in the `tokenrouter.workloads` group,
-    or `package.module:function` (importable from the working directory)."""
-    from tokenrouter import plugins
-
-    what = f"workload {name} loader"
-    if loader in LOADERS:
-        return plugins.import_object(LOADERS[loader], what)
-    if ":" in loader:
-        return plugins.import_object(loader, what)
-    found = plugins.entry_point(plugins.WORKLOADS, loader)
-    if found is None:
-        raise UserError(f"workload {name}: unknown loader {loader!r}; built in: {sorted(LOADERS)}; installed: "
-                        f"{plugins.entry_point_names(plugins.WORKLOADS)}; or 'module:function'")
-    return found
+    """The loader `workload.loader` names (built in, an installed entry point in the `tokenrouter.workloads`
+    group, or `package.module:function`, importable from the working directory); one line naming the
+    workload if none."""
+    try:
+        return LOADER_REGISTRY.get(loader)
+    except UserError as exc:
+        raise UserError(f"workload {name}: {exc}") from None
 
 
 def load_workload(cfg: Any, seed: int = 0) -> Workload:

@@ -29,7 +29,20 @@ def blocks(text: str) -> list[tuple[str, str]]:
 
 
 def commands(body: str) -> list[str]:
-    return [ln.strip() for ln in body.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    """A shell block's lines without comments and blank lines, a command continued over lines (a trailing
+    backslash, as the docs wrap long commands) joined into one."""
+    out: list[str] = []
+    continued = False
+    for ln in body.splitlines():
+        text = ln.strip()
+        if not continued and (not text or text.startswith("#")):
+            continue
+        if continued:
+            out[-1] += " " + text.removesuffix("\\").rstrip()
+        else:
+            out.append(text.removesuffix("\\").rstrip())
+        continued = text.endswith("\\")
+    return out
 
 
 def first_shell_block(text: str) -> list[str]:

@@ -2,14 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tokenrouter.api import (
-    PeerRequest,
-    RouterRequest,
-    StepResult,
-    algorithm_class,
-    build_algorithm,
-    stable_uniform,
-)
+from tokenrouter.algorithms import algorithm_class, build_algorithm
+from tokenrouter.api import PeerRequest, RouterRequest, StepResult, stable_uniform
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs
 from tokenrouter.errors import UserError
 from tokenrouter.runtime.messages import PeerMessage, decode, encode
@@ -64,7 +58,7 @@ def test_bad_algorithm_inputs_are_user_errors() -> None:
 
 
 def test_config_validation_names_the_bad_field() -> None:
-    with pytest.raises(UserError, match="engine must be one of"):
+    with pytest.raises(UserError, match="model 'm': unknown engine 'gpu'; known: sglang, sim, torch;"):
         ModelSpec(name="m", engine="gpu")
     with pytest.raises(UserError, match="unknown field"):
         ModelSpec.from_dict({"name": "m", "source": "x", "colour": 1})

@@ -142,3 +142,29 @@ def test_every_shipped_experiment_rehearses(experiment: str, tmp_path: Path, cap
     lines = _job_lines(out)
     print(out)
     assert code == 0 and lines and not [ln for ln in lines if " FAILED " in ln], lines
+
+
+def test_official_r2r_jobs_say_what_they_need_when_its_environment_is_absent(tmp_path: Path, monkeypatch,
+                                                                            capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.chdir(tmp_path)  # no .venv-r2r/R2R here, and no `r2r` in this environment
+    code = main(["rehearse", "+experiment=table3", "models=qwen3-0.6b-8b", "system=official_r2r",
+                 "--out", str(tmp_path / "out")])
+    lines = _job_lines(capsys.readouterr().out)
+    assert code == 0 and len(lines) == 1
+    assert "NOT REHEARSED thu-nics/R2R's own server: its environment is not on this machine" in lines[0]
+
+
+R2R_COPY = Path(__file__).resolve().parents[1] / ".venv-r2r" / "R2R"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not R2R_COPY.is_dir(), reason="R2R's environment not built: make official-venv")
+def test_official_r2r_job_rehearses_on_cpu_with_its_own_server(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # Table 3's pair with the official server: stand-ins of the Qwen3 pair, a stand-in router in its layout
+    code = main(["rehearse", "+experiment=table3", "models=qwen3-0.6b-8b", "system=official_r2r",
+                 f"system.repo={R2R_COPY}", "--out", str(tmp_path)])
+    lines = _job_lines(capsys.readouterr().out)
+    assert code == 0, lines
+    assert len(lines) == 1 and " REHEARSED (the official server at tp 1 on CPU" in lines[0], lines
+    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    assert summary["official_r2r"]["device"] == "cpu" and summary["errors"] == 0

@@ -125,7 +125,7 @@ def test_conclusions_pair_like_with_like(runs: Path) -> None:
     assert ds.dominance(df).dominated == 1 and "dominates" in ds.dominance(df).verdict
     table = ds.summary_table(df)
     labels = set(table["series"] + " " + table["setting"])
-    assert {"small-only model=small", "query-level routing strong_share=0.5", "tokenrouter (rstitch) tau=0.1"} <= labels
+    assert {"single (small) model=small", "query-level routing strong_share=0.5", "tokenrouter (rstitch) tau=0.1"} <= labels
     assert len(table) == 7 and table["large token share"].between(0, 1).all()
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import first_shell_block, run_page, section, user_env
+from tests.doc_blocks import blocks, first_shell_block, run_page, section, user_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_readme_quickstart_runs(tmp_path: Path) -> None:
         assert shell.returncode == 0, err[-3000:]
         reply = json.loads(next(ln for ln in out.splitlines() if ln.startswith('{"id"')))
         content = reply["choices"][0]["message"]["content"]
-        shown = re.search(r'"content": "(.*?)"  \.\.\.  "tokens_per_model": (\{.*\})',
+        shown = re.search(r'"content": "(.*?)"\s+\.\.\.\s+"tokens_per_model": (\{.*\})',
                           section(ROOT / "README.md", "Quickstart"))
         assert shown and json.loads(f'"{shown.group(1)}"') == content  # the page's expected output
         assert reply["usage"]["tokens_per_model"] == json.loads(shown.group(2))
@@ -59,6 +59,34 @@ def test_readme_quickstart_runs(tmp_path: Path) -> None:
     assert (tmp_path / "runs" / "quickstart" / "report" / "systems.md").is_file()
     assert (tmp_path / "runs" / "quickstart" / "report" / "report.html").is_file()
     assert (tmp_path / "runs" / "quickstart" / "0" / "trace.json").is_file()
+
+
+INTERNAL = re.compile(r"\bissues? \d+|\bsessions? \d+|this machine's disk|shared/PAPER|lent to the", re.I)
+
+
+def test_user_facing_text_has_no_internal_words() -> None:
+    """The docs, the README, the Makefile and the code's messages and docstrings speak to users: no tracker
+    numbers ("issue 32"), no working-session labels, no paths of the place the project was written in."""
+    files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]
+    for package in ("tokenrouter", "evals", "baselines", "benchmarks", "conf"):
+        files += sorted(p for p in (ROOT / package).rglob("*") if p.suffix in (".py", ".md", ".yaml"))
+    found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}" for path in files
+             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if INTERNAL.search(line)]
+    assert not found, found
+
+
+PAGE_COLUMNS = 90  # what a docs page's code block shows without scrolling (the site's theme, a 1280 px window)
+
+
+def test_quickstart_lines_fit_the_page() -> None:
+    """The quickstart's commands and expected output, on the site and in the README, are wrapped so that no line
+    is cut off at the code block's edge (long commands continue with a backslash), and the page shows the
+    output to expect."""
+    for text in ((ROOT / "docs" / "quickstart.md").read_text(), section(ROOT / "README.md", "Quickstart")):
+        found = blocks(text)
+        assert [language for language, _ in found][:3] == ["sh", "text", "text"]  # commands, then their output
+        long = [line for _, body in found for line in body.splitlines() if len(line) > PAGE_COLUMNS]
+        assert not long, long
 
 
 def test_see_a_run_commands_run(tmp_path: Path) -> None:

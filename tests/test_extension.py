@@ -68,7 +68,7 @@ def test_a_router_file_in_the_working_directory(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for bad, message in (("algorithm.name=my_router:Nope", "module 'my_router' has no 'Nope'"),
                          ("algorithm.name=nowhere:X", "no module 'nowhere'"),
-                         ("algorithm.name=entropyy", "unknown routing algorithm 'entropyy'; built in:"),
+                         ("algorithm.name=entropyy", "unknown routing algorithm 'entropyy'; known: bernoulli, citer,"),
                          ("algorithm.name=os:getcwd", "is not a RoutingAlgorithm subclass")):
         done = tokenrouter(["bench", *SMALL, bad, f"hydra.run.dir={tmp_path / 'bad'}"], cwd=tmp_path)
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -8,14 +8,8 @@ from __future__ import annotations
 import pytest
 
 from tokenrouter import handoff
-from tokenrouter.api import (
-    PeerRequest,
-    RouterRequest,
-    RoutingAlgorithm,
-    StepResult,
-    build_algorithm,
-    stable_uniform,
-)
+from tokenrouter.algorithms import build_algorithm
+from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, stable_uniform
 from tokenrouter.finish import finish_reason
 
 from .runtime.user_algorithms.resend import Resend

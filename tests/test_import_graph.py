@@ -13,6 +13,12 @@ The core is what a user of the runtime installs and reads; baselines must be com
 core, not pieces of the harness; the harness drives both. A cycle between two modules (at any depth, lazy
 or not) means neither can be understood, tested or moved without the other.
 
+Inside the core, the same rule over its parts, lowest first (CORE_ORDER):
+  registry < engine < api < perfmodel < algorithms < system < runtime
+The registry names what it finds as "module:attr" strings and imports none of it; engines know nothing of
+routing; the algorithm contract (api) knows engines, not the algorithms; the runtime sits on all of them. The
+helpers beside them (config, errors, plugins, generation, handoff, trace, ...) are not ordered here.
+
 `python tests/test_import_graph.py [ROOT]` prints the offending edges of another checkout and exits 1.
 """
 
@@ -26,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("tokenrouter", "baselines", "evals")  # the roots scanned
 LAYERS = ("core", "baselines", "evals", "app", "scripts")
+CORE_ORDER = ("registry", "engine", "api", "perfmodel", "algorithms", "system", "runtime")  # tokenrouter.<part>
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,12 @@ def layer(module: str) -> str:
     if module == "tokenrouter.__main__" or module == "tokenrouter.cli" or module.startswith("tokenrouter.cli."):
         return "app"
     return {"tokenrouter": "core", "baselines": "baselines", "evals": "evals"}.get(top, "scripts")
+
+
+def core_part(module: str) -> str | None:
+    """The part of CORE_ORDER a core module belongs to (`tokenrouter.engine.sim` -> engine), else None."""
+    parts = module.split(".")
+    return parts[1] if layer(module) == "core" and len(parts) > 1 and parts[1] in CORE_ORDER else None
 
 
 def is_project(module: str) -> bool:
@@ -105,6 +118,16 @@ def graph(root: Path) -> list[Edge]:
 
 def upward(edges: list[Edge]) -> list[Edge]:
     return [e for e in edges if LAYERS.index(layer(e.target)) > LAYERS.index(layer(e.source))]
+
+
+def against_core_order(edges: list[Edge]) -> list[Edge]:
+    """Edges from a part of the core to a part above it in CORE_ORDER."""
+    out = []
+    for e in edges:
+        source, target = core_part(e.source), core_part(e.target)
+        if source and target and CORE_ORDER.index(target) > CORE_ORDER.index(source):
+            out.append(e)
+    return out
 
 
 def cycles(edges: list[Edge]) -> list[list[Edge]]:
@@ -165,9 +188,12 @@ def _one_cycle(start: str, component: set[str], succ: dict[str, dict[str, Edge]]
 
 
 def problems(root: Path) -> list[str]:
-    """Every upward edge and one cycle per tangle of checkout `root`, one line each."""
+    """Every upward edge, every edge against the core's inner order and one cycle per tangle of checkout
+    `root`, one line each."""
     edges = graph(root)
     out = [f"upward: {e}" for e in upward(edges)]
+    out += [f"core order: {e.path}:{e.line}: {e.source} ({core_part(e.source)}) imports {e.target} "
+            f"({core_part(e.target)}); order: {' < '.join(CORE_ORDER)}" for e in against_core_order(edges)]
     out += ["cycle: " + " -> ".join([c[0].source, *(e.target for e in c)]) + "\n  "
             + "\n  ".join(str(e) for e in c) for c in cycles(edges)]
     return out
@@ -178,6 +204,10 @@ def test_the_graph_is_seen() -> None:
     edges = graph(REPO)
     assert any(e.source == "evals.bench" and e.target == "tokenrouter.system" for e in edges)
     assert any(e.source == "tokenrouter.cli.bench" and layer(e.target) == "evals" for e in edges)
+    parts = {(core_part(e.source), core_part(e.target)) for e in edges}
+    # every part of CORE_ORDER is seen importing or imported by another part
+    assert {p for pair in parts for p in pair} >= set(CORE_ORDER)
+    assert ("runtime", "algorithms") in parts and ("api", "engine") in parts and ("engine", "registry") in parts
 
 
 def test_no_upward_imports_and_no_cycles() -> None:
@@ -194,6 +224,25 @@ def test_a_planted_upward_import_and_cycle_fail(tmp_path: Path) -> None:
     found = problems(tmp_path)
     assert found[0] == "upward: tokenrouter/a.py:1: tokenrouter.a (core) imports evals.b (evals)"
     assert found[1].startswith("cycle: evals.b -> evals.c -> evals.b")
+
+
+def test_a_planted_import_against_the_core_order_fails(tmp_path: Path) -> None:
+    """The import this order was written against: the algorithm contract importing the algorithms (for an
+    error message listing them), and the registry importing what it names."""
+    for rel, text in {"tokenrouter/__init__.py": "", "tokenrouter/algorithms/__init__.py": "",
+                      "tokenrouter/algorithms/stay.py": "from tokenrouter.api import register\n",
+                      "tokenrouter/api.py": "def f():\n    import tokenrouter.algorithms.stay\n",
+                      "tokenrouter/registry.py": "from tokenrouter.engine import sim\n",
+                      "tokenrouter/engine/__init__.py": "", "tokenrouter/engine/sim.py": "",
+                      "baselines/__init__.py": "", "evals/__init__.py": ""}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = problems(tmp_path)
+    assert found[0].startswith("core order: tokenrouter/api.py:2: tokenrouter.api (api) imports "
+                               "tokenrouter.algorithms.stay (algorithms); order: registry < engine < api"), found
+    assert found[1].startswith("core order: tokenrouter/registry.py:1: tokenrouter.registry (registry) imports "
+                               "tokenrouter.engine.sim (engine)"), found
+    assert found[2].startswith("cycle: tokenrouter.algorithms.stay -> tokenrouter.api"), found
 
 
 if __name__ == "__main__":

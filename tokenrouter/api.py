@@ -13,9 +13,6 @@ message with only the suffix the peer has not seen, and the peer's `receive()` m
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
-import pkgutil
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -25,6 +22,7 @@ import msgspec
 
 from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, SamplingParams, StepOutputs
 from tokenrouter.errors import UserError
+from tokenrouter.registry import ALGORITHMS
 
 if TYPE_CHECKING:  # torch only for annotations: sim-engine subservers start without importing it
     import torch
@@ -195,61 +193,7 @@ def stable_uniform(*key: Any) -> float:
     return struct.unpack("<Q", digest)[0] / 2.0**64
 
 
-_REGISTRY: dict[str, type[RoutingAlgorithm]] = {}
-
-
 def register(cls: type[RoutingAlgorithm]) -> type[RoutingAlgorithm]:
-    """Class decorator: make an algorithm reachable by its `name` (the YAML's `algorithm.name`)."""
-    _REGISTRY[cls.name] = cls
-    return cls
-
-
-def algorithm_class(name: str) -> type[RoutingAlgorithm]:
-    """Look up an algorithm by `algorithm.name`: a registered name; a built-in module
-    (`tokenrouter.algorithms.<name>`); an installed entry point in the `tokenrouter.algorithms` group;
-    `package.module:Class`; or a dotted module registering an algorithm of its last name. Outside code is
-    importable from the working directory (tokenrouter/plugins.py)."""
-    from tokenrouter import plugins
-
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    if ":" in name:
-        return _register_as(name, plugins.import_object(name, f"algorithm {name!r}"))
-    if "." not in name:
-        if importlib.util.find_spec(f"tokenrouter.algorithms.{name}") is not None:
-            importlib.import_module(f"tokenrouter.algorithms.{name}")
-        else:
-            found = plugins.entry_point(plugins.ALGORITHMS, name)
-            if found is None:
-                builtin = sorted(m.name for m in pkgutil.iter_modules(_algorithms_path()) if not m.name.startswith("_"))
-                raise UserError(f"unknown routing algorithm {name!r}; built in: {builtin}; installed: "
-                                f"{plugins.entry_point_names(plugins.ALGORITHMS)}; or give package.module:Class")
-            return _register_as(name, found)
-    else:
-        plugins.import_module(name, f"algorithm {name!r}")
-    if name not in _REGISTRY:
-        matches = [c for n, c in _REGISTRY.items() if n == name.rsplit(".", 1)[-1]]
-        if not matches:
-            raise UserError(f"module for algorithm {name!r} registers no algorithm of that name "
-                            "(or name the class: package.module:Class)")
-        return matches[0]
-    return _REGISTRY[name]
-
-
-def _register_as(name: str, obj: Any) -> type[RoutingAlgorithm]:
-    """An outside class, checked and registered under the name the config uses (and its own)."""
-    if not (isinstance(obj, type) and issubclass(obj, RoutingAlgorithm)):
-        raise UserError(f"algorithm {name!r}: {obj!r} is not a RoutingAlgorithm subclass (tokenrouter.api)")
-    _REGISTRY[name] = obj
-    _REGISTRY.setdefault(obj.name, obj)
-    return obj
-
-
-def _algorithms_path() -> list[str]:
-    import tokenrouter.algorithms
-
-    return list(tokenrouter.algorithms.__path__)
-
-
-def build_algorithm(name: str, model_index: int, model_names: list[str], params: dict[str, Any]) -> RoutingAlgorithm:
-    return algorithm_class(name)(model_index, model_names, **params)
+    """Class decorator: make an algorithm reachable by its `name` (the YAML's `algorithm.name`) in this process;
+    names are looked up by `tokenrouter.algorithms.algorithm_class` (tokenrouter/registry.py)."""
+    return ALGORITHMS.register(cls.name, cls)

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from tokenrouter.errors import UserError
+from tokenrouter.registry import ENGINES
 
-ENGINES = ("torch", "sim", "sglang")
 AUTO_PROFILE = "auto"  # ModelSpec.latency_profile: measure the step latencies when the subserver starts
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+)$")
 
@@ -69,7 +69,7 @@ class ModelSpec:
 
     name: str  # how the runtime, results and algorithms name this model (unique in the set)
     source: str = ""  # HF id, local dir, GGUF file, or `tiny-random:small|large`, `tiny:small|large`
-    engine: str = "torch"  # torch (transformers), sglang (SGLang's ModelRunner) or sim (weightless, timed)
+    engine: str = "torch"  # torch (transformers), sglang (SGLang's ModelRunner), sim (weightless, timed), or an installed one (`tokenrouter ls engines`)
     dtype: str = "float32"  # weights and activations: float32, bfloat16 or float16
     device: str = "cpu"  # cpu, cuda or cuda:K (TP ranks take cuda:K .. K+tp-1)
     tp: int = 1  # tensor-parallel ranks (torch: one process per rank, GPU ranks on cuda:K .. K+tp-1)
@@ -93,8 +93,10 @@ class ModelSpec:
             raise UserError("models: every model needs a `name`")
         if self.footprint is not None and not isinstance(self.footprint, Footprint):
             self.footprint = _build(Footprint, self.footprint, f"model {self.name!r} footprint")
-        if self.engine not in ENGINES:
-            raise UserError(f"model {self.name!r}: engine must be one of {ENGINES}, got {self.engine!r}")
+        try:
+            ENGINES.require(self.engine)
+        except UserError as exc:
+            raise UserError(f"model {self.name!r}: {exc}") from None
         if isinstance(self.sim, dict) or hasattr(self.sim, "items"):
             self.sim = _build(SimSpec, self.sim, f"model {self.name!r} sim")
         if self.engine != "sim" and not self.source:

@@ -1,10 +1,12 @@
 """Code from outside the package: Python entry points and dotted paths, importable from the working directory.
 
-Why: a researcher's own routing algorithm or workload should not need a fork. As the ecosystem does it (pytest
-plugins, Hydra plugins), an installed distribution names its objects under an entry-point group
-(`tokenrouter.algorithms`, `tokenrouter.workloads`), or a config names `package.module:Object` directly. The
-working directory is importable like `python -m` makes it, in the bench process and in every subserver, so a
-`my_router.py` next to the user's config works without installing anything. Each mistake is one line.
+Why: a researcher's own routing algorithm, workload, baseline system or engine should not need a fork. As the
+ecosystem does it (pytest plugins, Hydra plugins), an installed distribution names its objects under an
+entry-point group (`tokenrouter.algorithms`, `tokenrouter.workloads`, `tokenrouter.systems`,
+`tokenrouter.engines`), or a config names `package.module:Object` directly; tokenrouter/registry.py looks names
+up through these helpers. The working directory is importable like `python -m` makes it, in the bench process
+and in every subserver, so a `my_router.py` next to the user's config works without installing anything. Each
+mistake is one line.
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import importlib
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenrouter.errors import UserError, first_line
 
-ALGORITHMS = "tokenrouter.algorithms"
-WORKLOADS = "tokenrouter.workloads"
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 
 def _with_cwd() -> None:
@@ -53,11 +55,16 @@ def import_object(target: str, what: str) -> Any:
         raise UserError(f"{what}: module {module!r} has no {attr!r}") from None
 
 
-def entry_point(group: str, name: str) -> Any | None:
-    """The object an installed distribution registers as `name` in `group`, or None when none does."""
+def entry_points_of(group: str) -> list[EntryPoint]:
+    """The entry points installed distributions declare in `group`, importing none of them."""
     from importlib.metadata import entry_points
 
-    found = [ep for ep in entry_points(group=group) if ep.name == name]
+    return list(entry_points(group=group))
+
+
+def entry_point(group: str, name: str) -> Any | None:
+    """The object an installed distribution registers as `name` in `group`, or None when none does."""
+    found = [ep for ep in entry_points_of(group) if ep.name == name]
     if not found:
         return None
     if len({ep.value for ep in found}) > 1:
@@ -72,6 +79,4 @@ def entry_point(group: str, name: str) -> Any | None:
 
 
 def entry_point_names(group: str) -> list[str]:
-    from importlib.metadata import entry_points
-
-    return sorted({ep.name for ep in entry_points(group=group)})
+    return sorted({ep.name for ep in entry_points_of(group)})

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tokenrouter.algorithms import build_algorithm
 from tokenrouter.algorithms.checkpoints import save_router
 from tokenrouter.algorithms.routers import build_router
 from tokenrouter.algorithms.rstitch import normalized_entropy
-from tokenrouter.api import RouterRequest, StepResult, build_algorithm
+from tokenrouter.api import RouterRequest, StepResult
 from tokenrouter.errors import UserError
 
 D, VOCAB = 16, 120

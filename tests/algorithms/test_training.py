@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
+from tokenrouter.algorithms import build_algorithm
 from tokenrouter.algorithms.training import (
     algorithm_threshold,
     raw_threshold_for_recall,
     roc_auc,
     split_problems,
 )
-from tokenrouter.api import build_algorithm
 from tokenrouter.cli import main
 
 

@@ -63,6 +63,8 @@ def _checkout(root: Path, random_routing: bool = False, git: bool = False) -> Pa
     (root / "config/Qwen3-0.6B+Qwen3-32B.yaml").write_text(json.dumps(official))
     slm = root / official_r2r.SLM_SERVER
     slm.parent.mkdir(parents=True)
+    (root / official_r2r.MODEL_CONFIGS).parent.mkdir(parents=True)
+    (root / official_r2r.MODEL_CONFIGS).write_text(json.dumps(official))
     line = "model_choices = torch.bernoulli(torch.full((len(batch.reqs),), 0.10))" if random_routing else ""
     slm.write_text(f"model_choices = router.route(model_outputs).cpu()\n{line}\n")
     if git:
@@ -80,10 +82,12 @@ def router(tmp_path: Path, monkeypatch) -> Path:
     path.write_bytes(b"x")
     checked: list[str] = []
     monkeypatch.setattr(official_r2r, "check_router", lambda p, kind: checked.append(p))
+    monkeypatch.setattr(official_r2r, "saved_threshold", lambda p: None)  # none saved: the dataset default
     return path
 
 
-def test_official_r2r_not_installed_is_one_clear_error() -> None:
+def test_official_r2r_not_installed_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no .venv-r2r/R2R (make official-venv) here
     with pytest.raises(UserError, match="git clone https://github.com/thu-nics/R2R") as err:
         official_r2r.from_setup(_setup())
     assert "\n" not in str(err.value)
@@ -109,12 +113,23 @@ def test_thresholds_per_dataset_and_explicit_zero(tmp_path: Path, router: Path) 
     assert official_r2r.dataset_threshold("amc23") == 0.5
 
 
-def test_router_must_be_an_official_checkpoint(tmp_path: Path, router: Path) -> None:
+def test_router_must_be_an_official_checkpoint_or_ours(tmp_path: Path, router: Path) -> None:
     repo = _checkout(tmp_path / "R2R")
-    ours = tmp_path / "ours.json"
+    other = tmp_path / "router.bin"
+    other.write_text("{}")
+    with pytest.raises(UserError, match="neither an official .pt checkpoint nor ours"):
+        official_r2r.from_setup(_setup(other, repo=str(repo), python="python3"))
+    ours = tmp_path / "ours.json"  # ours, half written: one line naming the missing half
     ours.write_text("{}")
-    with pytest.raises(UserError, match="not an official .pt checkpoint"):
+    with pytest.raises(UserError, match="missing ours.safetensors"):
         official_r2r.from_setup(_setup(ours, repo=str(repo), python="python3"))
+
+
+def test_checkout_without_its_model_configs_is_one_line(tmp_path: Path, router: Path) -> None:
+    repo = _checkout(tmp_path / "R2R")
+    (repo / official_r2r.MODEL_CONFIGS).unlink()
+    with pytest.raises(UserError, match="no r2r/utils/model_configs.json.*copy one of its config"):
+        official_r2r.from_setup(_setup(router, repo=str(repo), python="python3"))
 
 
 def test_commit_is_the_checkouts_or_unknown(tmp_path: Path) -> None:
@@ -150,3 +165,37 @@ def test_run_against_the_stand_in_server_records_what_it_ran(tmp_path: Path, rou
     assert info["server"].startswith("SLDisaggregationSystem") and info["router"] == str(router)
     assert info["threshold"] == 0.3 and info["cuda_visible_devices"] == "0,1" and info["overlap_tp_schedule"]
     assert system.stats()["requests"] == 1
+
+
+def test_cpu_pair_exports_our_router_in_the_official_layout_at_its_saved_threshold(tmp_path: Path) -> None:
+    import torch
+
+    from tokenrouter.algorithms.checkpoints import load_official, save_router
+    from tokenrouter.algorithms.routers import build_router
+
+    net = build_router("r2r", {"hidden_states_size": 64, "vocab_size": 100, "hidden_dims": [16], "logits_size": 100})
+    weights, _ = save_router(net, tmp_path / "ours" / "router", 0.61, {})
+    repo = _checkout(tmp_path / "R2R")
+    cfg = OmegaConf.create({
+        "models": {"members": [{"name": "small", "source": "tiny:small"}, {"name": "large", "source": "tiny:large"}]},
+        "algorithm": {"name": "r2r", "threshold": None, "router": str(weights.with_suffix(".json"))},
+        "runtime": {}, "workload": {"name": "arith"},
+        "system": {"name": "official_r2r", "repo": str(repo), "python": "python3"},
+    })
+    system = official_r2r.from_setup(SystemSetup.from_config(cfg))
+    try:
+        config = system.launch.config
+        assert system.threshold == pytest.approx(0.61) and config["router"]["threshold"] == pytest.approx(0.61)
+        assert config["quick"]["model_path"].endswith("tiny_pair/small")  # written from the model set
+        exported = Path(config["router"]["router_path"])
+        assert exported.parent == system.launch.config_path.parent  # in the private dir, removed at close
+        ckpt = torch.load(exported, weights_only=True)
+        assert ckpt["init_args"]["pretrained_model_name"].endswith("tiny_pair/small")
+        back = load_official(exported, torch.zeros(100, 64)).net.state_dict()
+        for key, value in net.state_dict().items():
+            if key != "token_embeddings.weight":
+                assert torch.equal(back[key], value), key
+        assert system.summary_extra()["official_r2r"]["device"] == "cpu"
+    finally:
+        asyncio.run(system.close())
+    assert not exported.exists()

@@ -59,3 +59,31 @@ def test_free_port_can_be_bound_again() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def _cpu_pair(**large) -> tuple[ModelSpec, ModelSpec]:
+    return (ModelSpec(name="small", source="tiny:small", threads=1, kv_tokens=4096),
+            ModelSpec(name="large", source="tiny:large", **{"threads": 1, "kv_tokens": 8192, **large}))
+
+
+def test_cpu_pair_runs_with_our_adaptations_on_its_path_and_no_gpus() -> None:
+    launch = build_launch(_opts(local_models=True, tp_large=1), OFFICIAL, *_cpu_pair())
+    assert "--overlap-tp-schedule" not in launch.cmd  # no GPU memory to split
+    env = launch.env
+    assert Path(env["PYTHONPATH"]).name == "official_r2r_cpu" and (Path(env["PYTHONPATH"]) / "sitecustomize.py").is_file()
+    assert env["TOKENROUTER_R2R_CPU"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["TOKENROUTER_R2R_DTYPE"] == "float32" and env["TOKENROUTER_R2R_KV_TOKENS"] == "8192"
+    assert env["OMP_NUM_THREADS"] == "1" and env["HF_HUB_OFFLINE"] == "1"
+    assert "HF_HUB_OFFLINE" not in build_launch(_opts(tp_large=1), OFFICIAL, *_cpu_pair()).env  # Hub models
+
+
+@pytest.mark.parametrize(("large", "tp_large", "message"), [
+    ({"device": "cuda:0"}, 1, "both models on GPUs or both on CPU"),
+    ({"dtype": "bfloat16"}, 1, "one dtype"),
+    ({"threads": 2}, 1, "one threads"),
+    ({}, 2, "tp 1"),
+])
+def test_cpu_pairs_the_official_server_cannot_run_are_one_line(large: dict, tp_large: int, message: str) -> None:
+    with pytest.raises(UserError, match=message) as err:
+        build_launch(_opts(tp_large=tp_large), OFFICIAL, *_cpu_pair(**large))
+    assert "\n" not in str(err.value)

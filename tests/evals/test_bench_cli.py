@@ -4,6 +4,7 @@ run dir contents, sweeps that resume, clear errors."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -155,3 +156,12 @@ def test_all_at_once_and_grading_free_workload(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["concurrency"] == 6 and summary["arrival"] == "all_at_once"
     assert summary["stats"]["models"]["small"]["mean_batch_size"] > 3
+
+
+def test_the_sweep_table_names_a_single_models_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A single-model row says which model ran (its role in the set and its source), not a bare `single`."""
+    assert main(["bench", "-m", "models=sim-r2r", "system=single", "+system.model=small,large",
+                 "workload.num_requests=2", "workload.output_tokens=4", f"hydra.sweep.dir={tmp_path}"]) == 0
+    table = capsys.readouterr().out.split("\nstatus ", 1)[1]  # the table, after Hydra's job lines
+    assert "single (small: sim)" in table and "single (large: sim)" in table
+    assert not re.search(r"\bsingle\b(?! \()", table)  # never a bare `single`

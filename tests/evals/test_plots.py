@@ -53,6 +53,9 @@ def test_a_search_gets_its_own_frontier_next_to_the_grids(tmp_path) -> None:
 def test_point_labels_are_short() -> None:
     from evals.plots import point_label
 
-    assert point_label("threshold=0.8134184006256638") == "0.813"
-    assert point_label("threshold=0.5") == "0.5" and point_label("tau=0.003,n=8") == "0.003,8"
-    assert point_label("model=large") == "" and point_label("router=random") == "random"
+    assert point_label("threshold=0.8134184006256638") == "threshold=0.813"
+    assert point_label("threshold=0.5") == "threshold=0.5" and point_label("tau=0.003,n=8") == "tau=0.003, n=8"
+    # keys kept: a bare `0,0.9` reads as one decimal number
+    assert point_label("p01=0,p10=0.9") == "p01=0, p10=0.9" and point_label("route_prob=0.9") == "route_prob=0.9"
+    assert point_label("model=large") == "" and point_label("router=random") == "router=random"
+    assert point_label("") == ""

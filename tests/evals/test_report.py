@@ -269,12 +269,12 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
 
     ab = pd.read_csv(out / "ablation.csv")
     ab = ab[ab["workload.name"] == "low_effort"].set_index("variant")
-    assert ab.loc["w/o delayed batching", "N=8 tok/s"] == 200 and ab.loc["full", "paper N=8"] == 372.48
+    assert ab.loc["w/o delayed batching", "N=8 tok/s"] == 200 and ab.loc["full", "paper N=8 (GPU)"] == 372.48
     assert (
         ab.loc["w/o delayed batching, w/o async", "N=4 tok/s"] == 80
         and ab.loc["official R2R", "N=1 tok/s"] == 10
     )
-    assert ab.loc["w/o delayed batching, w/o async", "paper N=4"] == 143.88
+    assert ab.loc["w/o delayed batching, w/o async", "paper N=4 (GPU)"] == 143.88
     assert [c for c in ab.columns if c.endswith("tok/s")] == [f"N={n} tok/s" for n in (16, 8, 4, 2, 1)]
 
     tv = pd.read_csv(out / "threshold_validation.csv")
@@ -313,7 +313,7 @@ def test_reports(runs: Path, tmp_path: Path) -> None:
         "tokenrouter (r2r)",
         "lockstep (r2r)",
         "query-level routing",
-        "small-only",
+        "single (small)",
     }
 
 
@@ -368,10 +368,11 @@ def test_cli_report_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_paper_figures_match_paper_md() -> None:
-    """The restated Table 3 figures equal ../shared/PAPER.md's (when the checkout has it beside it)."""
+    """The restated Table 3 figures equal the paper's text (where a copy of it, PAPER.md, is found beside the
+    checkout)."""
     path = ROOT.parent / "shared" / "PAPER.md"
     if not path.is_file():
-        pytest.skip("shared/PAPER.md not beside this checkout")
+        pytest.skip("no copy of the paper's text to check the restated figures against")
     text = path.read_text()
     line = text[text.index("- Table 3") :].split("\n- ")[0]  # the bullet with its continuation lines
     found = {

@@ -1,8 +1,9 @@
 """report.html in a real headless browser (the distribution's Chromium, driven by Playwright): a study of real
 runs (the local tiny pair on arith, TokenRouter and lock-step traced, both single models, an open-loop rate
 sweep on the sim pair) is reported, the page opened from disk with every network request refused, and it must
-draw every section with no console error; hovering a Pareto point shows its run. Screenshots of the timelines
-and the coloured tokens are saved ($REPORT_SHOTS, else the test's temporary directory). `make test-browser`."""
+draw every section with no console error, the comparison's card on the first screen; hovering a Pareto point
+shows its run. Screenshots of the first screen, the timelines and the coloured tokens are saved ($REPORT_SHOTS,
+else the test's temporary directory). `make test-browser`."""
 
 from __future__ import annotations
 
@@ -65,8 +66,13 @@ def test_the_report_opens_offline_without_errors_and_draws_every_section(report:
 
         page.route("**/*", refuse)
         page.goto(report.as_uri())
-        for section in ("pareto", "tables", "load", "timeline", "tokens", "runs"):
+        for section in ("answer", "pareto", "tables", "load", "timeline", "tokens", "runs"):
             assert page.locator(f"section#{section}").count() == 1, section
+        # the page opens with the answer: the comparison's card is on the first screen
+        card = page.locator("#answer .card")
+        assert card.count() == 1 and "TokenRouter / lock-step R2R" in card.inner_text()
+        assert card.bounding_box()["y"] + card.bounding_box()["height"] <= 900
+        page.screenshot(path=str(shots / "report-first-screen.png"))
         assert page.locator("#pareto circle.pt").count() == 4  # both systems, both single models
         assert page.locator("#load svg.chart").count() == 4  # throughput, TTFT, TPOT, goodput
         assert page.locator("#timeline svg.timeline").count() == 2  # TokenRouter beside lock-step
@@ -84,4 +90,5 @@ def test_the_report_opens_offline_without_errors_and_draws_every_section(report:
         page.screenshot(path=str(shots / "report-full.png"), full_page=True)
         browser.close()
     assert errors == [] and fetched == []
-    assert all((shots / f"report-{name}.png").stat().st_size > 10_000 for name in ("timeline", "tokens", "full"))
+    assert all((shots / f"report-{name}.png").stat().st_size > 10_000
+               for name in ("first-screen", "timeline", "tokens", "full"))

@@ -53,9 +53,10 @@ def test_lockstep_reads_only_the_runtime_keys_it_is_said_to_read() -> None:
     assert reads("lockstep", "runtime.max_batch_size") and reads("lockstep", "algorithm.threshold")
 
 
-def test_official_r2r_reads_no_runtime_key() -> None:
-    for module in ("official_r2r.py", "official_r2r_launch.py"):
+def test_official_systems_read_no_runtime_key() -> None:
+    for module in ("official_r2r.py", "official_r2r_launch.py", "official_ensemble.py", "official_ensemble_worker.py"):
         text = (ROOT / "baselines" / module).read_text()
         assert not re.search(r"\.runtime\b|\bRuntimeConfig\b", text), module
     assert UNREAD_KEYS["official_r2r"] == ("runtime.",) and not reads("official_r2r", "runtime.max_batch_size")
+    assert UNREAD_KEYS["official_ensemble"] == ("runtime.",)
     assert reads("tokenrouter", "runtime.max_wait_ms") and reads("someone_elses", "runtime.max_wait_ms")

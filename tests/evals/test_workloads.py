@@ -212,9 +212,9 @@ def test_encode_chat_and_sim_tokenizer() -> None:
 def test_arith_registered_and_unknown_loader() -> None:
     w = load_workload(OmegaConf.create({"name": "arith", "num_problems": 3}), seed=0)
     assert len(w.problems) == 3 and w.kind == "math"
-    with pytest.raises(UserError, match="unknown loader 'nope'"):
+    with pytest.raises(UserError, match="workload x: unknown workload loader 'nope'; known: agentic, arith, choice, math, synthetic;"):
         load_workload(OmegaConf.create({"name": "x", "loader": "nope"}))
-    with pytest.raises(UserError, match="workload x loader: no module 'evals.nope'"):
+    with pytest.raises(UserError, match="workload x: workload loader 'evals.nope:f': no module 'evals.nope'"):
         load_workload(OmegaConf.create({"name": "x", "loader": "evals.nope:f"}))
     # a user loader named by its import path in the YAML
     own = load_workload(

@@ -13,7 +13,7 @@ import yaml
 
 from baselines.lockstep import LockstepSystem
 from baselines.std_serving import StdServingSystem
-from tokenrouter.api import algorithm_class
+from tokenrouter.algorithms import algorithm_class
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime import threshold_planner

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenrouter.api import RouterRequest, build_algorithm
+from tokenrouter.algorithms import build_algorithm
+from tokenrouter.api import RouterRequest
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import StepItem
 from tokenrouter.engine.sim import SimEngine

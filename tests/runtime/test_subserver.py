@@ -14,7 +14,8 @@ from dataclasses import asdict
 import pytest
 import zmq
 
-from tokenrouter.api import PeerRequest, build_algorithm
+from tokenrouter.algorithms import build_algorithm
+from tokenrouter.api import PeerRequest
 from tokenrouter.config import ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.sim import SimEngine

@@ -51,7 +51,7 @@ def load_router(path: str, kind: str, embeddings: torch.Tensor | None = None) ->
     """Load a router of `kind` from our format or (r2r) the official layout; `embeddings` = the small model's
     input embedding weight, needed by routers that embed the predicted token."""
     local = resolve_router(path)
-    if _is_ours(local):
+    if is_ours(local):
         loaded = _load_ours(local, kind)
     else:
         loaded = load_official(_official_file(local, kind, path), embeddings)
@@ -68,13 +68,14 @@ def check_router(path: str, kind: str) -> None:
     starts any subserver, so a corrupt, truncated or unsafe file is one clear line in a second, not a failed
     start-up after the models loaded."""
     local = resolve_router(path)
-    if _is_ours(local):
+    if is_ours(local):
         _load_ours(local, kind)
     else:
         _read_official(_official_file(local, kind, path))
 
 
-def _is_ours(local: Path) -> bool:
+def is_ours(local: Path) -> bool:
+    """Whether a local router path is in our layout (safetensors + JSON, or their directory)."""
     return local.is_dir() or local.suffix in (".json", ".safetensors")
 
 
@@ -175,6 +176,27 @@ def save_official(net: R2RRouter, path: Path, threshold: float, pretrained: str 
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(ckpt, path)
     return path
+
+
+def export_official(path: str, out: Path, pretrained: str) -> float | None:
+    """Our R2R router (safetensors + JSON) written in the official layout at `out`, so the official code routes by
+    the same weights; `pretrained`: the small model (path or Hub id) the official router copies its token
+    embedding from. Returns the threshold saved with it."""
+    loaded = _load_ours(resolve_router(path), "r2r")
+    if not isinstance(loaded.net, R2RRouter):
+        raise UserError(f"router {path!r}: not an R2R router")
+    threshold = 0.5 if loaded.threshold is None else loaded.threshold
+    save_official(loaded.net, out, threshold, pretrained=pretrained)
+    return loaded.threshold
+
+
+def saved_threshold(path: str) -> float | None:
+    """The threshold saved with a router checkpoint (either layout), None when it has none."""
+    local = resolve_router(path)
+    if is_ours(local):
+        return _load_ours(local, "r2r").threshold
+    value = (_read_official(local).get("common_args") or {}).get("threshold")
+    return None if value is None else float(value)
 
 
 def save_router(net: RouterNet, stem: Path, threshold: float, meta: dict[str, Any]) -> tuple[Path, Path]:

@@ -213,6 +213,7 @@ def collect(sweep_dir: Path, failures: list[JobFailure] | None = None, skipped: 
     written (disk full) is one line; rerunning the command writes it, every finished point being skipped."""
     import pandas as pd
 
+    from evals.runs_table import system_label
     from evals.store import load_results
 
     errors = {str(Path(f.run_dir).resolve()): f.message for f in failures or []}
@@ -228,6 +229,9 @@ def collect(sweep_dir: Path, failures: list[JobFailure] | None = None, skipped: 
     if failed:
         table = pd.concat([table, pd.DataFrame(failed)], ignore_index=True)
     shown = table[[c for c in SHOWN if c in table.columns]].dropna(axis=1, how="all")  # e.g. no request_rate
+    if "system" in shown:  # a single-model run says which model: `single (large: Qwen/Qwen3-8B)`
+        shown = shown.assign(system=[system_label(r) if r.get("status") != "failed" else r.get("system")
+                                     for _, r in table.iterrows()])
     print(shown.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     kept = {str(Path(d).resolve()) for d in skipped or []} - set(errors)
     ok = len(table) - len(failed)

@@ -9,13 +9,12 @@ lacks: warned). Hydra's advice itself is replaced by the same answer.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tokenrouter.errors import UserError
+from tokenrouter.errors import UserError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +53,7 @@ def check_added_keys(overrides: Iterable[str], cfg: Any, is_group: Callable[[str
 
 def unknown_key(key: str, known: Iterable[str]) -> str:
     """`unknown config key 'concurency' (did you mean 'concurrency'?)`."""
-    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"unknown config key {key!r}{hint}; nothing reads it (`tokenrouter bench --cfg job` lists the keys)"
+    return f"unknown config key {key!r}{did_you_mean(key, known, cutoff=0.8)}; nothing reads it (`tokenrouter bench --cfg job` lists the keys)"
 
 
 HYDRA_MISSING_KEY = re.compile(r"Could not override '([^']+)'")

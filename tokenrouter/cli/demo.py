@@ -170,7 +170,8 @@ def ensure_router(models_name: str, stamp: str, algorithm: str, settings: Any, o
 def router_figures(path: Path) -> dict[str, Any]:
     """Where a router is, its saved threshold and its held-out metrics from training."""
     doc = json.loads(path.read_text())
-    return {"path": str(path), "threshold": doc.get("threshold"), **doc.get("metrics", {})}
+    figures = {k: v for k, v in doc.get("metrics", {}).items() if not (isinstance(v, list) and len(v) > 8)}
+    return {"path": str(path), "threshold": doc.get("threshold"), **figures}  # quantiles stay in router.json
 
 
 def step_latencies(specs: list[Any]) -> dict[str, dict[str, float]]:
@@ -305,11 +306,65 @@ def output_dir(out: Path | None, smoke: bool) -> Path:
     return out
 
 
+def step_vs_reference(f: dict[str, Any], reference: dict[str, Any] | None) -> dict[str, float]:
+    """model -> this run's decode step at batch 1 over the committed reference's, when both measured the same
+    model set."""
+    if not reference or reference.get("models") != f.get("models"):
+        return {}
+    ref = reference.get("step_ms") or {}
+    return {name: ms["1"] / ref[name]["1"] for name, ms in (f.get("step_ms") or {}).items()
+            if name in ref and ref[name].get("1") and ms.get("1")}
+
+
+def machine_lines(f: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
+    """Why this run's throughput comparisons cannot be read as the systems' (empty when nothing is known
+    against them): step times far from the committed reference's, runs measured on a contended machine."""
+    from evals.machine import STEP_RATIO
+
+    lines = []
+    ref = (reference or {}).get("step_ms") or {}
+    for name, ratio in step_vs_reference(f, reference).items():
+        mine, theirs = f["step_ms"][name]["1"], ref[name]["1"]
+        if ratio > STEP_RATIO:
+            lines.append(f"- **contended**: the {name} model's decode steps took {mine:.1f} ms at batch 1 against the "
+                         f"committed reference's {theirs:.1f} ms ({ratio:.1f}x slower): this machine was busy or "
+                         "slower, so the throughput ratios below say little about the systems")
+        elif ratio < 1 / STEP_RATIO:
+            lines.append(f"- the {name} model's decode steps took {mine:.1f} ms at batch 1 against the committed "
+                         f"reference's {theirs:.1f} ms ({1 / ratio:.1f}x faster): a faster machine, whose figures are "
+                         "not comparable with the reference's")
+    busy = sorted({reason for r in f.get("lockstep", []) for reason in r.get("contended") or []})
+    if busy:
+        lines.append("- **contended** while TokenRouter and lock-step were measured: " + "; ".join(busy) +
+                     " (summary.json `machine` of each run): their ratios below measure the machine as much as the "
+                     "systems")
+    return lines
+
+
+def ratio_line(r: dict[str, Any]) -> str:
+    """One TokenRouter / lock-step comparison: both throughputs, the ratio, its interval over repeats (with
+    each repeat's ratio), and whether the machine was contended."""
+    from evals.headline import interval_text
+
+    repeats = r.get("ratio per repeat") or []
+    spread = interval_text(repeats)
+    repeat_text = f" ({spread}; per repeat: {', '.join(f'{x:.2f}x' for x in repeats)})" if spread else ""
+    text = (f"- TokenRouter vs lock-step ({r['algorithm']} {r['settings']}, N={r['N']}): "
+            f"{r['tokenrouter tok/s']:.1f} vs {r['lockstep tok/s']:.1f} tok/s = {r['ratio']:.2f}x{repeat_text}")
+    if r.get("contended"):
+        text += " -- contended, not a measure of the systems"
+    return text
+
+
 def closing_note(f: dict[str, Any], files: list[str], reference: dict[str, Any] | None = None) -> str:
-    """demo.md: the measured figures in a few lines (also printed at the end)."""
+    """demo.md: the measured figures in a few lines (also printed at the end), opening with why its
+    comparisons cannot be trusted where the machine says so."""
     seeds = f" x {f['repeats']} seeds" if f.get("repeats", 1) > 1 else ""
     lines = [f"# TokenRouter demo: models={f['models']} on {f['workload']} ({f['problems']} problems{seeds}), N={f['N']}",
              ""]
+    warnings = machine_lines(f, reference)
+    if warnings:
+        lines += [*warnings, ""]
     for name, acc in f["accuracy"].items():
         lat = f["step_ms"].get(name, {})
         lat_text = f"; decode step {lat['1']:.2f} ms at batch 1, {lat['8']:.2f} ms at batch 8" if lat else ""
@@ -325,12 +380,7 @@ def closing_note(f: dict[str, Any], files: list[str], reference: dict[str, Any] 
         lines.append(f"- {alg} router: {auc_text} on mismatch labels, saved threshold {r.get('threshold'):.3f}")
     if not f["lockstep"]:
         lines.append("- TokenRouter vs lock-step: no lock-step run with a TokenRouter twin was measured")
-    for r in f["lockstep"]:
-        repeats = r.get("ratio per repeat") or []
-        repeat_text = f" (per repeat: {', '.join(f'{x:.2f}x' for x in repeats)})" if len(repeats) > 1 else ""
-        lines.append(f"- TokenRouter vs lock-step ({r['algorithm']} {r['settings']}, N={r['N']}): "
-                     f"{r['tokenrouter tok/s']:.1f} vs {r['lockstep tok/s']:.1f} tok/s = {r['ratio']:.2f}x"
-                     f"{repeat_text}")
+    lines += [ratio_line(r) for r in f["lockstep"]]
     if f.get("near_large"):
         lines.append(f"- closest to the large model alone: {f['near_large']}")
     if f.get("query_level_note"):
@@ -383,8 +433,11 @@ def run(argv: list[str]) -> int:
     with _phase("routers", phases):
         routers = {alg: ensure_router(str(cfg.models.name), stamp, alg, router_settings, overrides)
                    for alg in router_settings["algorithms"]}
+    reference = load_reference()
     with _phase("step latency", phases):
         step_ms = step_latencies(specs)
+        for line in machine_lines({"models": str(cfg.models.name), "step_ms": step_ms}, reference):
+            print(line.removeprefix("- ").replace("**", ""), flush=True)  # now, not after the sweeps
     common = ["+experiment=demo", *overrides, *(f"++models.routers.{alg}={path}" for alg, path in routers.items())]
     with _phase("sweeps", phases):
         prepare_sweep_dir(sweep_dir, {"models": stamp, "routers": {a: str(p) for a, p in routers.items()},
@@ -403,8 +456,9 @@ def run(argv: list[str]) -> int:
     phases["total"] = round(time.perf_counter() - start, 1)
     written += [out / "demo.json", out / "demo.md"]
     figures["files"] = [p.name for p in written]
+    figures["step_vs_reference"] = step_vs_reference(figures, reference)
     atomic_write_text(out / "demo.json", json.dumps(figures, indent=2, default=str) + "\n")
-    note = closing_note(figures, figures["files"], load_reference())
+    note = closing_note(figures, figures["files"], reference)
     (out / "demo.md").write_text(note)
     print(note)
     print(f"wrote {len(written)} files to {out}/ (runs in {sweep_dir}/)")

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-REFERENCE_DIR = Path(__file__).resolve().parents[2] / "results" / "demo"
+from evals.machine import REFERENCE_DIR
 
 
 def load_reference(path: Path = REFERENCE_DIR) -> dict[str, Any] | None:
@@ -30,8 +30,11 @@ def _rows(f: dict[str, Any]) -> dict[str, str]:
         rows[f"{name} decode step ms (batch 1 / 8)"] = f"{ms['1']:.2f} / {ms['8']:.2f}"
     for r in f.get("lockstep", []):
         repeats = r.get("ratio per repeat") or []
-        low = f" (min {min(repeats):.2f}x)" if len(repeats) > 1 else ""
-        rows[f"TokenRouter / lock-step, {r['algorithm']} {r['settings']}"] = f"{r['ratio']:.2f}x{low}"
+        interval = r.get("interval")
+        spread = (f" (95% {interval[0]:.2f}-{interval[1]:.2f}x)" if interval else
+                  f" (min {min(repeats):.2f}x)" if len(repeats) > 1 else "")
+        busy = ", contended" if r.get("contended") else ""
+        rows[f"TokenRouter / lock-step, {r['algorithm']} {r['settings']}"] = f"{r['ratio']:.2f}x{spread}{busy}"
     for axis, verdict in f.get("frontier", {}).items():
         counts = f.get("frontier_points", {}).get(axis)
         rows[f"query-level points matched or beaten ({axis})"] = f"{counts[0]} of {counts[1]}" if counts else verdict

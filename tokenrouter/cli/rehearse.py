@@ -53,14 +53,35 @@ class Verdict:
 
 def cpu_cannot_run(cfg: Any) -> str | None:
     """The one step of a job that needs a GPU node, or None when the whole job runs here."""
+    from evals.preconditions import OWN_ENGINES
     from tokenrouter.config import model_specs
 
     for spec in model_specs(cfg.models):
-        if spec.engine == "sglang" and spec.tp > 1:
+        if cfg.system.name not in OWN_ENGINES and spec.engine == "sglang" and spec.tp > 1:
             return f"SGLang's TP collectives (model {spec.name} at tp={spec.tp}: SGLang's TP needs CUDA)"
-    if cfg.system.name == "official_r2r":
-        return "thu-nics/R2R's own server (system official_r2r runs in R2R's environment)"
+    if cfg.system.name == "official_r2r" and not _official_r2r_here(cfg):
+        return ("thu-nics/R2R's own server: its environment is not on this machine (`make official-venv` "
+                "builds it; then its server runs here on CPU)")
     return None
+
+
+def _official_r2r_here(cfg: Any) -> bool:
+    """Whether the official R2R checkout the job would start is on this machine (system.repo, an installed
+    `r2r`, or `make official-venv`'s copy)."""
+    from baselines.official_r2r import find_repo
+
+    try:
+        find_repo(cfg.system.get("repo"))
+    except UserError:
+        return False
+    return True
+
+
+def note(cfg: Any) -> str:
+    """What a REHEARSED line must add: the steps of the job that ran differently on CPU."""
+    if cfg.system.name == "official_r2r" and any(int(m.get("tp", 1)) > 1 for m in cfg.models.members):
+        return "(the official server at tp 1 on CPU: its TP collectives need CUDA)"
+    return ""
 
 
 def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[str]:
@@ -78,10 +99,13 @@ def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[
         member = f"models.members.{i}"
         overrides += [f"++{member}.source={source}", f"++{member}.device=cpu", f"++{member}.dtype=float32",
                       f"++{member}.mem_fraction=null", f"++{member}.threads=1", f"++{member}.kv_tokens=8192"]
+        if cfg.system.name == "official_r2r":
+            overrides.append(f"++{member}.tp=1")  # the official server on CPU runs each model in one process
         if i == 0:
             router = _stand_in_router(cfg, source, out)
             if router is not None:
-                overrides.append(f"algorithm.router={router}")
+                key = "system.router" if cfg.system.name == "official_r2r" else "algorithm.router"
+                overrides.append(f"{key}={router}")
     if needs_stand_in(cfg.workload):
         overrides.append(f"++workload.path={write_stand_in_rows(cfg.workload, requests, out / 'rows.jsonl')}")
     return [*overrides, f"++workload.limit={requests}", f"++workload.max_new_tokens={tokens}",
@@ -93,9 +117,10 @@ def _stand_in_router(cfg: Any, small: Path, out: Path) -> Path | None:
     on this machine (a Hub reference, a cluster path): R2R's in the official layout, others in ours."""
     from evals.preconditions import OWN_ROUTING, ROUTED_BY_A_NETWORK
 
-    ref, kind = cfg.algorithm.get("router"), str(cfg.algorithm.name)
-    if kind not in ROUTED_BY_A_NETWORK or not ref or Path(str(ref)).expanduser().exists() \
-            or cfg.system.name in OWN_ROUTING:
+    ref, kind, system = cfg.algorithm.get("router"), str(cfg.algorithm.name), cfg.system.name
+    if system == "official_r2r":  # its server reads the router itself: always a stand-in beside the stand-in pair
+        ref, kind = cfg.system.get("router") or ref or "official", "r2r"
+    elif kind not in ROUTED_BY_A_NETWORK or not ref or Path(str(ref)).expanduser().exists() or system in OWN_ROUTING:
         return None
     import json
 
@@ -110,7 +135,7 @@ def _stand_in_router(cfg: Any, small: Path, out: Path) -> Path | None:
     if kind == "r2r":
         net = build_router("r2r", {"hidden_states_size": hidden, "vocab_size": config["vocab_size"], "hidden_dims": [32, 32],
                                    "expansion_factor": 2, "logits_size": 16})
-        return save_official(net, out / "router.pt", threshold=0.5, pretrained=str(ref))
+        return save_official(net, out / "router.pt", threshold=0.5, pretrained=str(small))
     net = build_router(kind, {"hidden_states_size": hidden, "hidden_dims": [] if kind == "co_llm" else [32]})
     weights, _ = save_router(net, out / "router", 0.5, {})
     return weights
@@ -146,7 +171,7 @@ def rehearse_job(hydra: Any, job: list[str], out: Path, totals: dict[str, int], 
     done = returned.return_value
     if isinstance(done, JobFailure):
         return Verdict("FAILED", done.message)
-    return Verdict("REHEARSED")
+    return Verdict("REHEARSED", note(cfg))
 
 
 def _input_runs(hydra: Any, job: list[str], cfg: Any, out: Path, totals: dict[str, int],

@@ -43,6 +43,13 @@ def run(argv: list[str]) -> int:
     print(f"{len(df)} runs from {len(args.run_dirs)} path(s); wrote {len(written)} files:")
     for path in written:
         print(f"  {path}")
+    from evals.headline import headlines
+
+    found = headlines(df)  # report.html's cards, in words: each ratio with its interval and machine's state
+    if found:
+        print("TokenRouter against R2R:")
+        for h in found:
+            print(f"  {h.sentence()}")
     return 0
 
 

@@ -1,4 +1,6 @@
-"""Build the engine a ModelSpec asks for (imports are lazy so a sim-only run never loads transformers)."""
+"""Build the engine a ModelSpec asks for, by its name in `tokenrouter.registry.ENGINES` (built-ins are imported
+on first use, so a sim-only run never loads transformers; an installed `tokenrouter.engines` entry point or
+`package.module:Class` names an engine of the user's own)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import gc
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import Engine
 from tokenrouter.errors import UserError
+from tokenrouter.registry import ENGINES
 
 
 def build_engine(spec: ModelSpec) -> Engine:
@@ -23,19 +26,14 @@ def _build_bare(spec: ModelSpec) -> Engine:
         from tokenrouter.engine.tp import TensorParallelEngine
 
         return TensorParallelEngine(spec)
-    if spec.engine == "torch":
-        from tokenrouter.engine.torch_engine import TorchEngine
-
-        return TorchEngine.from_spec(spec)
-    if spec.engine == "sim":
-        from tokenrouter.engine.sim import SimEngine
-
-        return SimEngine.from_spec(spec)
-    if spec.engine == "sglang":
-        from tokenrouter.engine.sglang_engine import SGLangEngine
-
-        return SGLangEngine.from_spec(spec)
-    raise UserError(f"model {spec.name!r}: unknown engine {spec.engine!r}")
+    cls = ENGINES.get(spec.engine)  # torch, sim, sglang, or an engine of the user's own
+    if not callable(getattr(cls, "from_spec", None)):
+        raise UserError(f"model {spec.name!r}: engine {spec.engine!r} ({cls.__name__}) has no from_spec(spec)")
+    engine = cls.from_spec(spec)
+    if not isinstance(engine, Engine):
+        raise UserError(f"model {spec.name!r}: engine {spec.engine!r}'s from_spec returned a "
+                        f"{type(engine).__name__}, not a tokenrouter.engine.base.Engine")
+    return engine
 
 
 def close_engines(engines: list[Engine]) -> None:

@@ -1,4 +1,4 @@
-"""Throughput model of delayed batching (PAPER.md): Markov chain, event simulator, threshold optimizer.
+"""Throughput model of delayed batching (the paper's): Markov chain, event simulator, threshold optimizer.
 
 The runtime calls `auto_thresholds` for `thresholds=auto`; `tokenrouter model ...` is the command line.
 """

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tokenrouter.api import AlgorithmFailure, algorithm_class, build_algorithm
+from tokenrouter.algorithms import algorithm_class, build_algorithm
+from tokenrouter.api import AlgorithmFailure
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
 from tokenrouter.engine.loader import check_source, check_tp

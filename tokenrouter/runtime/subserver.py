@@ -35,7 +35,8 @@ import msgspec
 import zmq
 
 from tokenrouter import handoff
-from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult, build_algorithm
+from tokenrouter.algorithms import build_algorithm
+from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutputName, StepOutputs

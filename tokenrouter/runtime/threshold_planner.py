@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tokenrouter.api import algorithm_class, build_algorithm
+from tokenrouter.algorithms import algorithm_class, build_algorithm
 from tokenrouter.children import child_env
 from tokenrouter.config import AUTO_PROFILE, AlgorithmSpec, ModelSpec
 from tokenrouter.engine.latency import LatencyProfile
