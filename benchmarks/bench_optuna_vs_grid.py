@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from evals.plots import pareto_frontier
-from evals.store import load_results
 from tokenrouter.cli import main as tokenrouter
+from tokenrouter.evals.plots import pareto_frontier
+from tokenrouter.evals.store import load_results
 
 THROUGHPUT = "throughput_tok_s"
 

@@ -19,10 +19,10 @@ import torch
 from bench_depth import step_cells  # same directory: run as a script
 from omegaconf import OmegaConf
 
-from evals.workloads import encode_problem, load_workload
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.continuous import Job, run_batch
 from tokenrouter.engine.torch_engine import TorchEngine
+from tokenrouter.evals.workloads import encode_problem, load_workload
 from tokenrouter.models.pair import MEMBERS, committed_dir
 from tokenrouter.tasks.grading import is_correct
 

@@ -20,7 +20,7 @@ import asyncio
 import random
 import time
 
-from baselines.std_serving import StdServingOptions, StdServingSystem
+from tokenrouter.baselines.std_serving import StdServingOptions, StdServingSystem
 from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
 from tokenrouter.generation import GenerationRequest
 

@@ -18,11 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-from evals.report import systems_comparison
-from evals.runs_table import STEADY
-from evals.store import load_results
-from evals.tables import to_markdown
 from tokenrouter.cli import main as tokenrouter
+from tokenrouter.evals.report import systems_comparison
+from tokenrouter.evals.runs_table import STEADY
+from tokenrouter.evals.store import load_results
+from tokenrouter.evals.tables import to_markdown
 
 
 def run(out: Path, extra: list[str]) -> dict[tuple[str, int], dict]:

@@ -28,10 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from evals.bench import drive
 from tokenrouter import event_loop
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
+from tokenrouter.evals.bench import drive
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.system import ServingSystem
 
@@ -50,7 +50,7 @@ def build(system: str, specs: list[ModelSpec], trace: bool) -> ServingSystem:
         from tokenrouter.runtime.frontend import TokenRouterFrontend
 
         return TokenRouterFrontend(specs, algorithm, runtime)
-    from baselines.lockstep import LockstepSystem
+    from tokenrouter.baselines.lockstep import LockstepSystem
 
     return LockstepSystem(specs, algorithm, runtime)
 

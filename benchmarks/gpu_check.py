@@ -123,7 +123,7 @@ def check_tokenrouter(specs: list[ModelSpec]) -> str:
 
 def check_lockstep_memory(specs: list[ModelSpec], device: str) -> str:
     """Two lock-step jobs in one process (as a Hydra sweep runs them): memory must return to the baseline."""
-    from baselines.lockstep import LockstepSystem
+    from tokenrouter.baselines.lockstep import LockstepSystem
 
     async def job() -> None:
         system = LockstepSystem(specs, AlgorithmSpec("bernoulli", {"route_prob": 0.3}), RuntimeConfig())

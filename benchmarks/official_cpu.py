@@ -7,7 +7,7 @@ cached); `tokenrouter bench -m +experiment=official_cpu` (each run alone: Hydra 
 into OUT/r2r; `+experiment=official_cpu_ensemble` into OUT/ensemble, plus the official ensemble replaying
 TokenRouter's model draws into OUT/ensemble_replay; then OUT/results.csv (every run, its `system` column naming
 official_r2r, lockstep, tokenrouter, official_ensemble), OUT/agreement.csv (outputs compared token by token per
-pair of systems, evals/agreement.py) and OUT/summary.md (tokens/s, large-model share, accuracy, TokenRouter /
+pair of systems, tokenrouter/evals/agreement.py) and OUT/summary.md (tokens/s, large-model share, accuracy, TokenRouter /
 official at each N next to the paper's figures). A system whose environment is absent is skipped with one line.
 Usage: python benchmarks/official_cpu.py [--out runs/official_cpu] [--problems 32] [--concurrency 1,4,8] [--smoke]
 """
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from evals.agreement import compare, load_requests, pairs
+from tokenrouter.evals.agreement import compare, load_requests, pairs
 
 OFFICIAL_ENV = Path(".venv-r2r/R2R")
 ENSEMBLE_ENV = Path(".venv-ensemble/bin/python")
@@ -98,7 +98,7 @@ def merge_results(out: Path, parts: list[str]) -> None:
 
 def collect(out: Path, systems: list[str], levels: list[int], load: tuple[str, str]) -> str:
     """summary.md and agreement.csv from the sweep's runs."""
-    sweep = out / "sweep"
+    sweep = out / "r2r"
     lines = ["# Official R2R vs lock-step R2R vs TokenRouter on this CPU (local pair, arith, R2R router)", "",
              f"Load average before / after: {load[0]} / {load[1]} ({os.cpu_count()} cores).", "",
              "| N | system | tok/s | large share | accuracy | vs official R2R | paper: official tok/s (GPU) |",
@@ -185,7 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=96)
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--smoke", action="store_true", help="2 problems x 16 tokens at N = 2, a small router")
+    parser.add_argument("--summarize", action="store_true", help="only write summary.md / agreement.csv from OUT")
     args = parser.parse_args(argv)
+    if args.summarize:
+        systems = [s for s in SYSTEMS if any((args.out / "r2r").glob(f"*system={s}*"))]
+        print(collect(args.out, systems, [int(x) for x in args.concurrency.split(",")], ("-", "-")), flush=True)
+        return 0
     if args.smoke:
         args.problems, args.tokens, args.concurrency = 2, 16, "2"
     systems = list(SYSTEMS)

@@ -105,7 +105,7 @@ def http_page() -> str:
 
 
 SUMMARY = {
-    "schema_version": "2: the summary carries its config record (evals/run_record.py)",
+    "schema_version": "2: the summary carries its config record (tokenrouter/evals/run_record.py)",
     "config": "the resolved config that produced these figures (the record every label is read from)",
     "config_hash": "sha256 of the config's identity keys (all but `resume`, `objective`): what resume compares",
     "experiment": "`experiment_name` of the experiment config, if any", "system": "the serving system",
@@ -195,7 +195,7 @@ def results_page() -> str:
              "as a TokenRouter run on the sim pair writes them (graded workloads add `accuracy` and its 95% "
              "interval, SLOs add `request_goodput` and `slo_attainment`, and text models add `text` per "
              "request).\n\n## summary.json\n\n| key | what |\n| --- | --- |\n"]
-    from evals.metrics import serving_metrics
+    from tokenrouter.evals.metrics import serving_metrics
 
     serving = set(serving_metrics([], 1.0, {}))  # the keys under bench_serving's names
     unknown = sorted(set(summary) - set(SUMMARY) - serving)
@@ -213,13 +213,13 @@ def results_page() -> str:
     unknown = sorted(set(summary["machine"]) - set(MACHINE))
     if unknown:
         raise SystemExit(f"docs/gen_reference.py: describe the new machine figure(s) {unknown} in MACHINE")
-    from evals.machine import OTHERS_SHARE, STEAL_SHARE, STEP_RATIO
+    from tokenrouter.evals.machine import OTHERS_SHARE, STEAL_SHARE, STEP_RATIO
 
     parts.append("\n## summary.json `machine`\n\nReports and the demo call a comparison *contended*, and say "
                  f"so beside its ratio, when other processes used more than {OTHERS_SHARE:.0%} of the CPU time "
                  f"(where that is known; elsewhere a load average above the cores), the hypervisor took more than "
                  f"{STEAL_SHARE:.0%}, or the slowest model's steps took more than {STEP_RATIO:g}x the expected time "
-                 "(`evals/machine.py`).\n\n| key | what |\n| --- | --- |\n")
+                 "(`tokenrouter/evals/machine.py`).\n\n| key | what |\n| --- | --- |\n")
     parts += [f"| `{key}` | {MACHINE[key]} |\n" for key in summary["machine"]]
     trace, per_model = summary["trace"], next(iter(summary["trace"]["models"].values()))
     unknown = sorted((set(trace) - set(TRACE) - {"models"}) | (set(per_model) - set(TRACE_MODEL)))
@@ -248,7 +248,7 @@ def committed_results_page() -> str:
     """results/: what each committed reference folder holds and its tables, as the site's results page."""
     import pandas as pd
 
-    from evals.tables import to_markdown
+    from tokenrouter.evals.tables import to_markdown
 
     results = ROOT / "results"
     intro = (results / "README.md").read_text().split("\n", 1)[1].strip()

@@ -33,7 +33,7 @@ rm -f "$STAMP"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q -r "$SRC/requirements.txt" "${EXTRA[@]}"
-# what the worker (baselines/official_ensemble_worker.py) imports from it, checked once here
+# what the worker (tokenrouter/baselines/official_ensemble_worker.py) imports from it, checked once here
 "$VENV/bin/python" - "$SRC" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[1])

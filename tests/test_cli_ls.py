@@ -30,9 +30,9 @@ def test_ls_lists_every_kind_with_where_it_comes_from(capsys: pytest.CaptureFixt
     rows = {tuple(line.split()) for line in out.splitlines() if line.startswith("  ")}
     for row in (("bernoulli", "built-in", "tokenrouter.algorithms.bernoulli:Bernoulli"),
                 ("sim", "built-in", "tokenrouter.engine.sim:SimEngine"),
-                ("lockstep", "built-in", "baselines.lockstep:from_setup"),
-                ("tokenrouter", "built-in", "evals.systems:tokenrouter_system"),
-                ("arith", "built-in", "evals.arith:load_arith")):
+                ("lockstep", "built-in", "tokenrouter.baselines.lockstep:from_setup"),
+                ("tokenrouter", "built-in", "tokenrouter.evals.systems:tokenrouter_system"),
+                ("arith", "built-in", "tokenrouter.evals.arith:load_arith")):
         assert row in rows, out
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evals import demo_summary as ds
-from evals.run_record import write_summary
-from evals.store import load_results
 from tokenrouter.cli import demo, main
 from tokenrouter.cli.hydra_config import compose
 from tokenrouter.config import model_specs
 from tokenrouter.errors import UserError
+from tokenrouter.evals import demo_summary as ds
+from tokenrouter.evals.run_record import write_summary
+from tokenrouter.evals.store import load_results
 
 
 def test_demo_config_composes_every_sweep_point(capsys: pytest.CaptureFixture) -> None:
@@ -224,8 +224,8 @@ def test_repeats_make_one_point_and_the_reference_sits_beside_the_run(runs: Path
 
 
 def test_oracle_query_router_from_per_problem_correctness(runs: Path, tmp_path: Path) -> None:
-    from evals.oracle import oracle_curve
-    from evals.report import ORACLE, query_level
+    from tokenrouter.evals.oracle import oracle_curve
+    from tokenrouter.evals.report import ORACLE, query_level
 
     for name, correct in (("small", [True, False, False, False]), ("large", [True, True, True, False])):
         rows = [{"index": i, "correct": c} for i, c in enumerate(correct)]

@@ -68,7 +68,7 @@ def test_user_facing_text_has_no_internal_words() -> None:
     """The docs, the README, the Makefile and the code's messages and docstrings speak to users: no tracker
     numbers ("issue 32"), no working-session labels, no paths of the place the project was written in."""
     files = [ROOT / "README.md", ROOT / "Makefile", *sorted((ROOT / "docs").rglob("*.md"))]
-    for package in ("tokenrouter", "evals", "baselines", "benchmarks", "conf"):
+    for package in ("tokenrouter", "benchmarks", "conf"):
         files += sorted(p for p in (ROOT / package).rglob("*") if p.suffix in (".py", ".md", ".yaml"))
     found = [f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}" for path in files
              for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if INTERNAL.search(line)]

@@ -1,11 +1,14 @@
 """The project's imports run one way and never in a circle, checked statically (every module parsed with
 `ast`, nothing imported, so optional packages and lazy imports inside functions count too).
 
-Layers, lowest first; a module may import its own layer and those below, never one above:
-  0 core       `tokenrouter` minus `tokenrouter.cli`: api, config, engines, runtime, algorithms, perfmodel,
-               models, the serving-system contract (`tokenrouter.system`) and the arith task
-  1 baselines  `baselines`: the systems TokenRouter is compared against, built on the core alone
-  2 evals      `evals`: workloads, metrics, the system registry and the runner, result store, reports
+Everything lives under the one import name `tokenrouter` (the wheel installs nothing else, so no other
+distribution's `evals` or `baselines` is overwritten). Layers, lowest first; a module may import its own layer
+and those below, never one above:
+  0 core       `tokenrouter` minus `tokenrouter.cli`, `tokenrouter.evals` and `tokenrouter.baselines`: api,
+               config, engines, runtime, algorithms, perfmodel, models, the serving-system contract
+               (`tokenrouter.system`) and the arith task
+  1 baselines  `tokenrouter.baselines`: the systems TokenRouter is compared against, built on the core alone
+  2 evals      `tokenrouter.evals`: workloads, metrics, the system registry and the runner, result store, reports
   3 app        `tokenrouter.cli` and `tokenrouter.__main__`: the `tokenrouter` command, which drives the
                harness (bench, report, demo) and so sits on top of it
   4 scripts    `tests`, `benchmarks`: never imported by the layers above (not scanned themselves)
@@ -30,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("tokenrouter", "baselines", "evals")  # the roots scanned
+PACKAGES = ("tokenrouter",)  # the roots scanned
+SUBPACKAGE_LAYERS = {"cli": "app", "__main__": "app", "evals": "evals", "baselines": "baselines"}  # tokenrouter.<x>
+FOREIGN = ("evals", "baselines")  # other distributions' top-level names: the project's old ones, never imported
 LAYERS = ("core", "baselines", "evals", "app", "scripts")
 CORE_ORDER = ("registry", "engine", "api", "perfmodel", "algorithms", "system", "runtime")  # tokenrouter.<part>
 
@@ -51,10 +56,10 @@ class Edge:
 
 def layer(module: str) -> str:
     """The layer of a dotted module name of the project."""
-    top = module.split(".")[0]
-    if module == "tokenrouter.__main__" or module == "tokenrouter.cli" or module.startswith("tokenrouter.cli."):
-        return "app"
-    return {"tokenrouter": "core", "baselines": "baselines", "evals": "evals"}.get(top, "scripts")
+    parts = module.split(".")
+    if parts[0] != "tokenrouter":
+        return "scripts"
+    return SUBPACKAGE_LAYERS.get(parts[1], "core") if len(parts) > 1 else "core"
 
 
 def core_part(module: str) -> str | None:
@@ -187,11 +192,31 @@ def _one_cycle(start: str, component: set[str], succ: dict[str, dict[str, Edge]]
     raise AssertionError(f"{start} is in a component but on no cycle")
 
 
+def foreign_imports(root: Path) -> list[tuple[str, int, str]]:
+    """Imports of the names the harness and the baselines had before they moved under `tokenrouter`
+    (`evals`, `baselines`): where another distribution of that name is installed, such an import gets it.
+    The package, the tests, the benchmarks and the docs' scripts are read."""
+    out = []
+    files = [p for d in (*PACKAGES, "tests", "benchmarks", "docs", "scripts") for p in sorted((root / d).rglob("*.py"))]
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            out += [(str(path.relative_to(root)), node.lineno, n) for n in names if n.split(".")[0] in FOREIGN]
+    return out
+
+
 def problems(root: Path) -> list[str]:
     """Every upward edge, every edge against the core's inner order and one cycle per tangle of checkout
     `root`, one line each."""
     edges = graph(root)
     out = [f"upward: {e}" for e in upward(edges)]
+    out += [f"foreign: {path}:{line}: imports {name}, another distribution's name (this project's is "
+            f"tokenrouter.{name})" for path, line, name in foreign_imports(root)]
     out += [f"core order: {e.path}:{e.line}: {e.source} ({core_part(e.source)}) imports {e.target} "
             f"({core_part(e.target)}); order: {' < '.join(CORE_ORDER)}" for e in against_core_order(edges)]
     out += ["cycle: " + " -> ".join([c[0].source, *(e.target for e in c)]) + "\n  "
@@ -202,7 +227,10 @@ def problems(root: Path) -> list[str]:
 def test_the_graph_is_seen() -> None:
     """The scanner finds the imports it is meant to judge (a broken scanner would pass everything)."""
     edges = graph(REPO)
-    assert any(e.source == "evals.bench" and e.target == "tokenrouter.system" for e in edges)
+    assert any(e.source == "tokenrouter.evals.bench" and e.target == "tokenrouter.system" for e in edges)
+    assert any(e.source == "tokenrouter.evals.systems" and layer(e.target) == "core" for e in edges)
+    assert any(layer(e.source) == "baselines" and layer(e.target) == "core" for e in edges)
+    assert {layer(m) for m in modules(REPO)} == {"core", "baselines", "evals", "app"}
     assert any(e.source == "tokenrouter.cli.bench" and layer(e.target) == "evals" for e in edges)
     parts = {(core_part(e.source), core_part(e.target)) for e in edges}
     # every part of CORE_ORDER is seen importing or imported by another part
@@ -216,14 +244,34 @@ def test_no_upward_imports_and_no_cycles() -> None:
 
 
 def test_a_planted_upward_import_and_cycle_fail(tmp_path: Path) -> None:
-    for rel, text in {"tokenrouter/__init__.py": "", "tokenrouter/a.py": "from evals import b\n",
-                      "baselines/__init__.py": "", "evals/__init__.py": "",
-                      "evals/b.py": "def f():\n    from . import c\n", "evals/c.py": "import evals.b\n"}.items():
+    for rel, text in {"tokenrouter/__init__.py": "", "tokenrouter/a.py": "from tokenrouter.evals import b\n",
+                      "tokenrouter/baselines/__init__.py": "",
+                      "tokenrouter/baselines/d.py": "from ..evals import c\n",
+                      "tokenrouter/evals/__init__.py": "",
+                      "tokenrouter/evals/b.py": "def f():\n    from . import c\n",
+                      "tokenrouter/evals/c.py": "import tokenrouter.evals.b\n"}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     found = problems(tmp_path)
-    assert found[0] == "upward: tokenrouter/a.py:1: tokenrouter.a (core) imports evals.b (evals)"
-    assert found[1].startswith("cycle: evals.b -> evals.c -> evals.b")
+    assert found[0] == "upward: tokenrouter/a.py:1: tokenrouter.a (core) imports tokenrouter.evals.b (evals)", found
+    assert found[1] == ("upward: tokenrouter/baselines/d.py:1: tokenrouter.baselines.d (baselines) imports "
+                        "tokenrouter.evals.c (evals)"), found
+    assert found[2].startswith("cycle: tokenrouter.evals.b -> tokenrouter.evals.c -> tokenrouter.evals.b"), found
+
+
+def test_a_planted_import_of_the_old_top_level_names_fails(tmp_path: Path) -> None:
+    """`evals` and `baselines` are other distributions' import names (OpenAI's): an import of them would load
+    theirs where they are installed, or nothing."""
+    for rel, text in {"tokenrouter/__init__.py": "", "tokenrouter/evals/__init__.py": "",
+                      "tokenrouter/evals/a.py": "from baselines import lockstep\n",
+                      "tests/test_a.py": "def f():\n    import evals.bench\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert problems(tmp_path) == [
+        "foreign: tokenrouter/evals/a.py:1: imports baselines, another distribution's name (this project's is "
+        "tokenrouter.baselines)",
+        "foreign: tests/test_a.py:2: imports evals.bench, another distribution's name (this project's is "
+        "tokenrouter.evals.bench)"]
 
 
 def test_a_planted_import_against_the_core_order_fails(tmp_path: Path) -> None:
@@ -234,7 +282,7 @@ def test_a_planted_import_against_the_core_order_fails(tmp_path: Path) -> None:
                       "tokenrouter/api.py": "def f():\n    import tokenrouter.algorithms.stay\n",
                       "tokenrouter/registry.py": "from tokenrouter.engine import sim\n",
                       "tokenrouter/engine/__init__.py": "", "tokenrouter/engine/sim.py": "",
-                      "baselines/__init__.py": "", "evals/__init__.py": ""}.items():
+                      "tokenrouter/baselines/__init__.py": "", "tokenrouter/evals/__init__.py": ""}.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
     found = problems(tmp_path)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from evals.systems import REGISTRY as SYSTEMS
-from evals.systems import SYSTEMS as SYSTEM_BUILTINS
-from evals.workloads import LOADER_REGISTRY as WORKLOADS
 from tests.distributions import fake_distribution
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
+from tokenrouter.evals.systems import REGISTRY as SYSTEMS
+from tokenrouter.evals.systems import SYSTEMS as SYSTEM_BUILTINS
+from tokenrouter.evals.workloads import LOADER_REGISTRY as WORKLOADS
 from tokenrouter.registry import ALGORITHMS, BUILT_IN, ENGINES, Registry
 
 ALL = {"algorithms": ALGORITHMS, "engines": ENGINES, "systems": SYSTEMS, "workloads": WORKLOADS}
@@ -32,14 +32,14 @@ def test_every_public_name_of_every_kind_is_built_in() -> None:
     assert set(ENGINES.builtins) == {"torch", "sim", "sglang"}
     assert {"tokenrouter", "lockstep", "std_serving", "official_r2r", "query_routing", "single"} <= set(SYSTEMS.builtins)
     assert set(WORKLOADS.builtins) == {"math", "choice", "agentic", "synthetic", "arith"}
-    assert SYSTEMS.builtins is SYSTEM_BUILTINS  # one line in evals/systems.py SYSTEMS adds a built-in system
+    assert SYSTEMS.builtins is SYSTEM_BUILTINS  # one line in tokenrouter/evals/systems.py SYSTEMS adds a built-in system
 
 
 def test_importing_a_registry_imports_nothing_it_names() -> None:
     """Built-ins are "module:attr" strings: the registry (and the config, which checks engine names) import no
     engine, algorithm, torch or harness module."""
     code = ("import sys, tokenrouter.registry, tokenrouter.config; "
-            "print(sorted(m for m in sys.modules if m.startswith(('tokenrouter', 'torch', 'evals', 'baselines'))))")
+            "print(sorted(m for m in sys.modules if m.startswith(('tokenrouter', 'torch'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == str(["tokenrouter", "tokenrouter.config", "tokenrouter.errors",
                                        "tokenrouter.plugins", "tokenrouter.registry"])
@@ -75,7 +75,7 @@ def test_far_off_names_get_no_guess_and_the_errors_of_each_kind_name_their_field
         SYSTEMS.get("xyzzy")
     with pytest.raises(UserError, match=r"^model 'm': unknown engine 'gpu'; known: sglang, sim, torch; "):
         ModelSpec(name="m", engine="gpu")
-    from evals.workloads import loader_function
+    from tokenrouter.evals.workloads import loader_function
 
     with pytest.raises(UserError, match=r"^workload w: unknown workload loader 'nope'"):
         loader_function("w", "nope")
@@ -87,7 +87,7 @@ def test_far_off_names_get_no_guess_and_the_errors_of_each_kind_name_their_field
 
 def test_dotted_paths_and_what_they_must_be() -> None:
     assert ALGORITHMS.get("tokenrouter.algorithms.stay:Stay").name == "stay"
-    assert SYSTEMS.get("evals.systems:tokenrouter_system").__name__ == "tokenrouter_system"
+    assert SYSTEMS.get("tokenrouter.evals.systems:tokenrouter_system").__name__ == "tokenrouter_system"
     with pytest.raises(UserError, match=r"routing algorithm 'os:getcwd': .* is not a RoutingAlgorithm subclass \(tokenrouter.api\)"):
         ALGORITHMS.get("os:getcwd")
     with pytest.raises(UserError, match=r"engine 'os:sep': '/' is not a Engine subclass \(tokenrouter.engine.base\)"):
@@ -104,10 +104,10 @@ def test_names_registered_in_code_resolve_by_their_name_and_their_module(tmp_pat
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     package = f"own_systems_{uuid.uuid4().hex[:8]}"
     systems = fresh(SYSTEMS)
-    monkeypatch.setattr("evals.systems.REGISTRY", systems)
+    monkeypatch.setattr("tokenrouter.evals.systems.REGISTRY", systems)
     (tmp_path / package).mkdir()
     (tmp_path / package / "__init__.py").write_text("")
-    (tmp_path / package / "mine.py").write_text("from evals.systems import REGISTRY\n\n"
+    (tmp_path / package / "mine.py").write_text("from tokenrouter.evals.systems import REGISTRY\n\n"
                                                 "def mine(setup):\n    return setup\n\n"
                                                 "REGISTRY.register('mine', mine)\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -11,7 +11,7 @@ name resolves, in this order, to
 An unknown name is one line (did you mean, the valid names, the dotted form); `entries()` says where each
 installed name comes from (`tokenrouter ls`). The core's two kinds live here, below everything that uses them
 (config validates engine names, api registers algorithms); systems and workloads are the harness's
-(evals/systems.py, evals/workloads.py).
+(tokenrouter/evals/systems.py, tokenrouter/evals/workloads.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.trace.record import TraceLog
 
-# The runner folds the experiment seed into every request's seed (evals.bench.request_seed), identically for
+# The runner folds the experiment seed into every request's seed (tokenrouter.evals.bench.request_seed), identically for
 # every system; a TokenRouter front end would shift request seeds again by its own seed, so it gets 0.
 FRONTEND_SEED = 0
 

@@ -130,7 +130,7 @@ def test_extreme_settings_reduce_to_single_models(runs, greedy: _Greedy) -> None
 def test_token_counts_follow_the_routing_decisions(runs) -> None:
     prompts, results, stats = runs
     mixed = results["ens_mix"]
-    from evals.metrics import summarize
+    from tokenrouter.evals.metrics import summarize
 
     names = ["small", "large", "third"]
     owned = dict.fromkeys(names, 0)

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from baselines.http_model import HttpModelSystem, generate_body
-from baselines.single import single_model_system
+from tokenrouter.baselines.http_model import HttpModelSystem, generate_body
+from tokenrouter.baselines.single import single_model_system
 from tokenrouter.config import RuntimeConfig, model_specs
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError

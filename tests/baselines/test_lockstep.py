@@ -68,7 +68,7 @@ def test_driver_failure_fails_requests_instead_of_hanging() -> None:
     """Fault injection: a bug in the driver thread must surface as errors on every waiting request."""
     import asyncio
 
-    from baselines.lockstep import LockstepSystem
+    from tokenrouter.baselines.lockstep import LockstepSystem
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
     from tokenrouter.generation import GenerationRequest
 
@@ -102,7 +102,7 @@ def test_close_leaves_no_engine_or_model_alive() -> None:
     import gc
     import weakref
 
-    from baselines.lockstep import LockstepSystem
+    from tokenrouter.baselines.lockstep import LockstepSystem
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
     from tokenrouter.generation import GenerationRequest
 
@@ -131,7 +131,7 @@ def test_admission_control_keeps_every_step_within_a_tiny_kv_pool(engine: str) -
     rule) holds the rest back until KV frees up, so every request finishes and no step fails."""
     import asyncio
 
-    from baselines.lockstep import LockstepSystem
+    from tokenrouter.baselines.lockstep import LockstepSystem
     from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
     from tokenrouter.generation import GenerationRequest
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from baselines import official_r2r
+from tokenrouter.baselines import official_r2r
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest
 from tokenrouter.system import SystemSetup

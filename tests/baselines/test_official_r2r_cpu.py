@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evals.agreement import compare, load_requests
+from tokenrouter.evals.agreement import compare, load_requests
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

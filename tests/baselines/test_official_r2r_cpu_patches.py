@@ -1,4 +1,4 @@
-"""The CPU adaptations loaded into official R2R's processes (baselines/official_r2r_cpu): the import-hook
+"""The CPU adaptations loaded into official R2R's processes (tokenrouter/baselines/official_r2r_cpu): the import-hook
 mechanism, and the patches that need only torch and transformers, in real child processes (the SGLang / R2R
 ones run in tests/baselines/test_official_r2r_cpu.py, from R2R's own environment)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from baselines.official_r2r_launch import CPU_SHIM
+from tokenrouter.baselines.official_r2r_launch import CPU_SHIM
 
 R2R_PYTHON = Path(__file__).resolve().parents[2] / ".venv-r2r" / "bin" / "python"  # make official-venv
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from baselines.official_r2r_launch import LaunchOptions, build_launch, free_port, visible_devices
+from tokenrouter.baselines.official_r2r_launch import LaunchOptions, build_launch, free_port, visible_devices
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
 

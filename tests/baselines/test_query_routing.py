@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from baselines.query_routing import load_router, routellm_metrics, strong_threshold
+from tokenrouter.baselines.query_routing import load_router, routellm_metrics, strong_threshold
 from tokenrouter.cli import main
 from tokenrouter.errors import UserError
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from baselines.routellm_metrics import apgr, cpt
+from tokenrouter.baselines.routellm_metrics import apgr, cpt
 
 
 def test_apgr_and_cpt() -> None:

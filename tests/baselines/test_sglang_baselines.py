@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from baselines.http_model import HttpModelSystem
-from baselines.sglang_server import sglang_python
-from baselines.std_serving import StdServingOptions, StdServingSystem
 from tests.runtime.http_helpers import alive, descendant_pids
+from tokenrouter.baselines.http_model import HttpModelSystem
+from tokenrouter.baselines.sglang_server import sglang_python
+from tokenrouter.baselines.std_serving import StdServingOptions, StdServingSystem
 from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest
@@ -38,8 +38,8 @@ def _sglang() -> None:
 
 
 def _prompts(n: int) -> list[GenerationRequest]:
-    from evals.workloads import encode_problem, load_workload
     from tokenrouter.engine.loader import load_tokenizer
+    from tokenrouter.evals.workloads import encode_problem, load_workload
 
     workload = load_workload({"name": "arith", "loader": "arith", "num_problems": n, "max_new_tokens": 48}, seed=5)
     tok = load_tokenizer("tiny:small")
@@ -79,7 +79,7 @@ def test_std_serving_on_sglang_agrees_with_ours_and_reports_sglangs_stages() -> 
 
 def test_whole_requests_on_sglang_equal_our_runtime() -> None:
     """The single-model / query-level path: each request whole on an SGLang server, streamed."""
-    from baselines.single import single_model_system
+    from tokenrouter.baselines.single import single_model_system
 
     spec = model_specs(PAIR)[0]
     reqs = _prompts(6)

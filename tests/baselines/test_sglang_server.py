@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from baselines.sglang_server import SGLangServerOptions, scheduler_stages, sglang_command, sglang_python
+from tokenrouter.baselines.sglang_server import (
+    SGLangServerOptions,
+    scheduler_stages,
+    sglang_command,
+    sglang_python,
+)
 from tokenrouter.config import ModelSpec
 from tokenrouter.errors import UserError
 
@@ -72,9 +77,9 @@ def test_scheduler_stages_sum_the_categories_and_forward_passes() -> None:
 ])
 def test_sglang_system_configs_build_sglang_servers(overrides: list[str]) -> None:
     """The `*_sglang` system configs compose and build systems whose servers are SGLang's (not started here)."""
-    from baselines.http_model import HttpModelSystem
-    from evals.systems import build_system
+    from tokenrouter.baselines.http_model import HttpModelSystem
     from tokenrouter.cli.hydra_config import compose
+    from tokenrouter.evals.systems import build_system
 
     system = build_system(compose(["models=tiny", *overrides]))
     if overrides[0] == "system=single_sglang":

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from baselines.std_serving import StdServingOptions, StdServingSystem, from_setup
+from tokenrouter.baselines.std_serving import StdServingOptions, StdServingSystem, from_setup
 from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest
@@ -118,7 +118,7 @@ def test_sglang_server_that_cannot_start_is_a_clear_error_and_leaves_nothing() -
 @pytest.mark.slow
 def test_rstitch_through_returned_logits_equals_lockstep() -> None:
     """R-Stitch routes on the servers' returned next-token logits (both sides keep their tokens)."""
-    from baselines.lockstep import LockstepSystem
+    from tokenrouter.baselines.lockstep import LockstepSystem
 
     specs = model_specs(TINY)
     algo = AlgorithmSpec("rstitch", {"tau": 0.3})
@@ -152,7 +152,7 @@ def test_dispatcher_reads_only_the_embedding_and_head(monkeypatch: pytest.Monkey
     read as tensors from its safetensors (never the whole model: a 32B model's head is 1.5 GB of 64)."""
     import torch
 
-    from baselines import std_serving
+    from tokenrouter.baselines import std_serving
     from tokenrouter.engine import loader
 
     for source in ("tiny:small", "tiny-random:large"):

@@ -103,7 +103,7 @@ def test_sglang_kv_sizing_never_mixes_a_fraction_with_a_token_cap() -> None:
 
 
 def test_baseline_server_command_gets_the_same_kv_and_the_tp_balance_switch(tmp_path: Path) -> None:
-    from baselines.sglang_server import SGLangServerOptions, sglang_command
+    from tokenrouter.baselines.sglang_server import SGLangServerOptions, sglang_command
 
     py = tmp_path / "python"
     py.write_text("")

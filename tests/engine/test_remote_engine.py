@@ -10,7 +10,7 @@ import signal
 import pytest
 import torch
 
-from baselines.lockstep import LockstepSystem, own_processes
+from tokenrouter.baselines.lockstep import LockstepSystem, own_processes
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import EngineFailure, StepItem
 from tokenrouter.engine.factory import build_engine

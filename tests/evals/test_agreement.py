@@ -1,11 +1,11 @@
-"""Outputs compared token by token between two runs (evals/agreement.py)."""
+"""Outputs compared token by token between two runs (tokenrouter/evals/agreement.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from evals.agreement import compare, describe, first_difference, load_requests, model_at, pairs
+from tokenrouter.evals.agreement import compare, describe, first_difference, load_requests, model_at, pairs
 
 
 def _record(index: int, output: list[int], runs: list | None = None, large: int = 0) -> dict:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from evals.workloads import load_workload
 from tokenrouter.errors import UserError
+from tokenrouter.evals.workloads import load_workload
 from tokenrouter.tasks.arith import ArithSpec, generate
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "workload" / "arith.yaml"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.bench import poisson_arrivals
 from tokenrouter import event_loop
 from tokenrouter.cli import main
+from tokenrouter.evals.bench import poisson_arrivals
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ["models=sim-r2r", "system=lockstep", "workload.num_requests=6", "workload.output_tokens=12"]

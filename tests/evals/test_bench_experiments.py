@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from hydra.core.global_hydra import GlobalHydra
 
-from evals.run_record import write_summary
 from tokenrouter.cli import main
 from tokenrouter.cli.bench import hydra_app, launch, output_dir
 from tokenrouter.cli.hydra_config import compose, conf_dir
+from tokenrouter.evals.run_record import write_summary
 
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
 # one sweep of each shape runs by default (~5 s each); the others differ from one of these only in config groups

@@ -15,12 +15,12 @@ import pytest
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
-from evals.objective import OBJECTIVES, objective_names, objective_values
 from tokenrouter.cli import main
 from tokenrouter.cli.bench import _compose, hydra_app
 from tokenrouter.cli.hydra_config import conf_dir
 from tokenrouter.cli.job_resources import JobResources
 from tokenrouter.errors import UserError
+from tokenrouter.evals.objective import OBJECTIVES, objective_names, objective_values
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ["models=sim-r2r", "system=lockstep", "workload.num_requests=6", "workload.output_tokens=12"]
@@ -78,7 +78,7 @@ def test_optuna_pareto_maximises_each_objective() -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     cfg = composed("hydra/sweeper=optuna_pareto", "objective=[accuracy,throughput_tok_s]", "seed=7")
     assert list(cfg.hydra.sweeper.direction) == ["maximize", "maximize"]
-    assert cfg.hydra.sweeper.sampler._target_ == "evals.optuna_samplers.ends_first_tpe"
+    assert cfg.hydra.sweeper.sampler._target_ == "tokenrouter.evals.optuna_samplers.ends_first_tpe"
     assert cfg.hydra.sweeper.sampler.seed == 7
     nsga = composed("hydra/sweeper=optuna_pareto", "hydra/sweeper/sampler=nsgaii", "objective=[accuracy]", "seed=7")
     assert nsga.hydra.sweeper.sampler._target_ == "optuna.samplers.NSGAIISampler"  # the plugin's own, still

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals.report import write_reports
-from evals.store import load_results
 from tests.evals.test_report import make_run
+from tokenrouter.evals.report import write_reports
+from tokenrouter.evals.store import load_results
 
 
 def _std(server: str, dispatch: float, stages: bool) -> dict:

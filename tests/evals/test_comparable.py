@@ -1,12 +1,12 @@
-"""Which runs reports may compare (evals/comparable.py) on small runs tables, and the left-out notes."""
+"""Which runs reports may compare (tokenrouter/evals/comparable.py) on small runs tables, and the left-out notes."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from evals import left_out
-from evals.comparable import (
+from tokenrouter.evals import left_out
+from tokenrouter.evals.comparable import (
     closed_loop,
     compare_systems,
     config_keys,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from evals.html_report import timeline_pair, write_html_report
-from evals.store import load_results
 from tokenrouter.cli import main
+from tokenrouter.evals.html_report import timeline_pair, write_html_report
+from tokenrouter.evals.store import load_results
 
 FAST = ["models=sim-r2r", "models.members.0.sim.latency_ms=1.0", "models.members.1.sim.latency_ms=3.0",
         "algorithm=bernoulli", "workload=synthetic", "workload.num_requests=8", "workload.output_tokens=20"]
@@ -63,7 +63,7 @@ def test_untraced_runs_get_a_note_instead_of_a_timeline(study: Path, tmp_path: P
 
 def _run(root: Path, name: str, summary: dict, **cfg: object) -> None:
     """A run dir as bench leaves it (the summary with its config record)."""
-    from evals.run_record import write_summary
+    from tokenrouter.evals.run_record import write_summary
 
     config = {"system": {"name": "tokenrouter"}, "algorithm": {"name": "r2r", "threshold": 0.5},
               "models": {"name": "qwen3-0.6b-8b", "members": [{"name": "small", "source": "Qwen/Qwen3-0.6B"},
@@ -122,7 +122,7 @@ def test_the_page_opens_with_the_answer(tmp_path: Path) -> None:
 
 
 def test_the_ablation_keeps_the_papers_gpu_figures_apart_from_another_pairs(tmp_path: Path) -> None:
-    from evals.report import ablation
+    from tokenrouter.evals.report import ablation
 
     runs = tmp_path / "runs"
     for n in (1, 4):

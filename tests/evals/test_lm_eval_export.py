@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from evals.lm_eval_export import export_run, mean_stderr
 from tokenrouter.cli import main
+from tokenrouter.evals.lm_eval_export import export_run, mean_stderr
 
 
 def write_run(run: Path, correct: list[bool | None]) -> None:

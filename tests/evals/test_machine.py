@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from evals import machine, run_record
-from evals.headline import headlines, ratio_interval
-from evals.html_report import write_html_report
-from evals.store import load_results
 from tokenrouter.cli import demo, main
+from tokenrouter.evals import machine, run_record
+from tokenrouter.evals.headline import headlines, ratio_interval
+from tokenrouter.evals.html_report import write_html_report
+from tokenrouter.evals.store import load_results
 
 SIM = ["models=sim-r2r", "models.members.0.sim.latency_ms=1.0", "models.members.1.sim.latency_ms=4.0",
        "algorithm=bernoulli", "workload=synthetic", "workload.output_tokens=30"]
@@ -165,7 +165,7 @@ def test_the_demo_and_the_report_say_a_comparison_was_contended(tmp_path: Path) 
     assert h.contended == ["the large model's steps took 172 ms against 23.8 ms expected (committed reference), 7.2x"]
     assert "contended: the large model's steps" in h.sentence() and "95% interval" in h.sentence()
     # the demo: its own step-latency phase against the committed reference, and the runs' records
-    from evals import demo_summary as ds
+    from tokenrouter.evals import demo_summary as ds
 
     (r,) = ds.throughput_ratios(ds.lockstep_pairs(df))
     assert r["interval"] is not None and r["contended"] == h.contended

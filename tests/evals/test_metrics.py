@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from evals.metrics import serving_metrics, steady_throughput, summarize, wilson_interval
+from tokenrouter.evals.metrics import serving_metrics, steady_throughput, summarize, wilson_interval
 from tokenrouter.generation import GenerationResult
 
 

@@ -6,7 +6,7 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from evals.optuna_samplers import EndsFirst, ends_first_tpe  # noqa: E402
+from tokenrouter.evals.optuna_samplers import EndsFirst, ends_first_tpe  # noqa: E402
 
 
 def test_the_first_two_trials_are_the_ends_then_the_wrapped_sampler_decides() -> None:

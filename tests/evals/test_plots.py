@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from evals.plots import pareto_plot, series_across_setups
+from tokenrouter.evals.plots import pareto_plot, series_across_setups
 
 
 def _runs(rows: list[tuple[str, str, str]]) -> pd.DataFrame:
@@ -51,7 +51,7 @@ def test_a_search_gets_its_own_frontier_next_to_the_grids(tmp_path) -> None:
 
 
 def test_point_labels_are_short() -> None:
-    from evals.plots import point_label
+    from tokenrouter.evals.plots import point_label
 
     assert point_label("threshold=0.8134184006256638") == "threshold=0.813"
     assert point_label("threshold=0.5") == "threshold=0.5" and point_label("tau=0.003,n=8") == "tau=0.003, n=8"

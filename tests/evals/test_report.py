@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from evals import paper
-from evals.plots import pareto_frontier
-from evals.report import write_reports
-from evals.run_record import write_summary
-from evals.store import find_run_dirs, load_requests, load_results
 from tokenrouter.cli import main
 from tokenrouter.errors import UserError
+from tokenrouter.evals import paper
+from tokenrouter.evals.plots import pareto_frontier
+from tokenrouter.evals.report import write_reports
+from tokenrouter.evals.run_record import write_summary
+from tokenrouter.evals.store import find_run_dirs, load_requests, load_results
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from evals import bench, run_record
-from evals.store import find_run_dirs, load_results
 from tokenrouter.cli import main
 from tokenrouter.errors import StorageError
+from tokenrouter.evals import bench, run_record
+from tokenrouter.evals.store import find_run_dirs, load_results
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 from tokenrouter.runtime.thresholds import infeasible_note
 

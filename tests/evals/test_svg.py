@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from evals.svg import Point, Series, chart, timeline
+from tokenrouter.evals.svg import Point, Series, chart, timeline
 
 FONT_PX = {"tick": 11, "axis": 12, "title": 13, "lane": 12}
 CHAR_EM = 0.62  # wider than the average glyph of a sans-serif face: an estimate that errs on the side of clipping

@@ -1,4 +1,4 @@
-"""What each system reads of the config (evals/systems.py UNREAD_KEYS), checked against what it really reads:
+"""What each system reads of the config (tokenrouter/evals/systems.py UNREAD_KEYS), checked against what it really reads:
 a key listed as unread lets reports pair one baseline run with rivals at every value of that key, so a listed
 key the system did read would compare unlike runs."""
 
@@ -9,9 +9,9 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from baselines.lockstep import LockstepSystem
-from evals.systems import LOCKSTEP_READS, UNREAD_KEYS, reads
+from tokenrouter.baselines.lockstep import LockstepSystem
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.evals.systems import LOCKSTEP_READS, UNREAD_KEYS, reads
 from tokenrouter.generation import GenerationRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def test_lockstep_reads_only_the_runtime_keys_it_is_said_to_read() -> None:
 
 def test_official_systems_read_no_runtime_key() -> None:
     for module in ("official_r2r.py", "official_r2r_launch.py", "official_ensemble.py", "official_ensemble_worker.py"):
-        text = (ROOT / "baselines" / module).read_text()
+        text = (ROOT / "tokenrouter" / "baselines" / module).read_text()
         assert not re.search(r"\.runtime\b|\bRuntimeConfig\b", text), module
     assert UNREAD_KEYS["official_r2r"] == ("runtime.",) and not reads("official_r2r", "runtime.max_batch_size")
     assert UNREAD_KEYS["official_ensemble"] == ("runtime.",)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from evals.comparable import MISSING, value
-from evals.tables import to_markdown
+from tokenrouter.evals.comparable import MISSING, value
+from tokenrouter.evals.tables import to_markdown
 
 
 def test_missing_values_are_dashes_never_na() -> None:

@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from evals.workloads import Problem, encode_problem, load_workload
 from tokenrouter.errors import UserError
+from tokenrouter.evals.workloads import Problem, encode_problem, load_workload
 from tokenrouter.models.tokenizer import build_char_tokenizer
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -214,11 +214,11 @@ def test_arith_registered_and_unknown_loader() -> None:
     assert len(w.problems) == 3 and w.kind == "math"
     with pytest.raises(UserError, match="workload x: unknown workload loader 'nope'; known: agentic, arith, choice, math, synthetic;"):
         load_workload(OmegaConf.create({"name": "x", "loader": "nope"}))
-    with pytest.raises(UserError, match="workload x: workload loader 'evals.nope:f': no module 'evals.nope'"):
-        load_workload(OmegaConf.create({"name": "x", "loader": "evals.nope:f"}))
+    with pytest.raises(UserError, match="workload x: workload loader 'tokenrouter.evals.nope:f': no module 'tokenrouter.evals.nope'"):
+        load_workload(OmegaConf.create({"name": "x", "loader": "tokenrouter.evals.nope:f"}))
     # a user loader named by its import path in the YAML
     own = load_workload(
-        OmegaConf.create({"name": "mine", "loader": "evals.loaders:load_synthetic", "limit": 2})
+        OmegaConf.create({"name": "mine", "loader": "tokenrouter.evals.loaders:load_synthetic", "limit": 2})
     )
     assert (own.name, len(own.problems)) == ("mine", 2)
 
@@ -227,7 +227,7 @@ def test_hub_offline_error_is_one_line() -> None:
     """Without the Hub, the default path fails fast with one line suggesting workload.path."""
     code = (
         "from omegaconf import OmegaConf\n"
-        "from evals.workloads import load_workload\n"
+        "from tokenrouter.evals.workloads import load_workload\n"
         "from tokenrouter.errors import UserError\n"
         "cfg = OmegaConf.load('conf/workload/amc23.yaml')\n"
         "try:\n    load_workload(cfg)\nexcept UserError as e:\n    print('ERR', e)\n"

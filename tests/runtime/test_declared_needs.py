@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from baselines.lockstep import LockstepSystem
-from baselines.std_serving import StdServingSystem
 from tokenrouter.algorithms import algorithm_class
+from tokenrouter.baselines.lockstep import LockstepSystem
+from tokenrouter.baselines.std_serving import StdServingSystem
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime import threshold_planner

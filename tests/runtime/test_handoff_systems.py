@@ -13,8 +13,8 @@ import asyncio
 
 import pytest
 
-from baselines.lockstep import LockstepSystem
-from baselines.std_serving import StdServingOptions, StdServingSystem
+from tokenrouter.baselines.lockstep import LockstepSystem
+from tokenrouter.baselines.std_serving import StdServingOptions, StdServingSystem
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.frontend import TokenRouterFrontend

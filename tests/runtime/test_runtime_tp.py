@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from baselines.lockstep import LockstepSystem
+from tokenrouter.baselines.lockstep import LockstepSystem
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.generation import GenerationRequest
 

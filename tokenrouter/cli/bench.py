@@ -15,7 +15,6 @@ from typing import Any
 
 from hydra.core.utils import JobStatus
 
-from evals.provenance import COMMAND_ENV
 from tokenrouter.cli.args import ArgumentParser, flag_hint
 from tokenrouter.cli.config_keys import algorithm_by_name, check_added_keys, explain_missing_key
 from tokenrouter.cli.hydra_config import conf_dir, with_config_dirs
@@ -28,6 +27,7 @@ from tokenrouter.cli.launchers import (
     register_resolvers,
 )
 from tokenrouter.errors import StorageError, UserError
+from tokenrouter.evals.provenance import COMMAND_ENV
 from tokenrouter.fsutil import atomic_write_text, locked_dir
 
 HELP = "run an experiment (Hydra overrides; -m for a multirun sweep) and write a run dir"
@@ -109,9 +109,9 @@ class JobFailure:
 def _task(cfg: Any) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
-    from evals.bench import RunFailed
-    from evals.bench import run as run_one
-    from evals.objective import objective_names, objective_values
+    from tokenrouter.evals.bench import RunFailed
+    from tokenrouter.evals.bench import run as run_one
+    from tokenrouter.evals.objective import objective_names, objective_values
 
     register_resolvers()  # a launcher's worker process composes nothing itself
     try:
@@ -213,8 +213,8 @@ def collect(sweep_dir: Path, failures: list[JobFailure] | None = None, skipped: 
     written (disk full) is one line; rerunning the command writes it, every finished point being skipped."""
     import pandas as pd
 
-    from evals.runs_table import system_label
-    from evals.store import load_results
+    from tokenrouter.evals.runs_table import system_label
+    from tokenrouter.evals.store import load_results
 
     errors = {str(Path(f.run_dir).resolve()): f.message for f in failures or []}
     try:
@@ -251,7 +251,7 @@ def run(argv: list[str]) -> int:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from evals.bench import RunFailed
+    from tokenrouter.evals.bench import RunFailed
 
     args = _parser().parse_intermixed_args(argv)
     bad = [o for o in args.overrides if o.startswith("-")]

@@ -266,13 +266,13 @@ def remove_previous(out: Path) -> None:
 def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Path]:
     """The Pareto plot, query-level metrics, Table 3 (the configurations both TokenRouter and lock-step ran)
     and the summary table over all runs, what they left out; adds the measured comparisons to `figures`."""
-    from evals import demo_summary as ds
-    from evals import plots
-    from evals.html_report import write_html_report
-    from evals.left_out import collecting
-    from evals.report import query_level, table3, write_left_out
-    from evals.store import load_results
-    from evals.tables import to_markdown
+    from tokenrouter.evals import demo_summary as ds
+    from tokenrouter.evals import plots
+    from tokenrouter.evals.html_report import write_html_report
+    from tokenrouter.evals.left_out import collecting
+    from tokenrouter.evals.report import query_level, table3, write_left_out
+    from tokenrouter.evals.store import load_results
+    from tokenrouter.evals.tables import to_markdown
 
     df = load_results([sweep_dir])
     out.mkdir(parents=True, exist_ok=True)
@@ -319,7 +319,7 @@ def step_vs_reference(f: dict[str, Any], reference: dict[str, Any] | None) -> di
 def machine_lines(f: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
     """Why this run's throughput comparisons cannot be read as the systems' (empty when nothing is known
     against them): step times far from the committed reference's, runs measured on a contended machine."""
-    from evals.machine import STEP_RATIO
+    from tokenrouter.evals.machine import STEP_RATIO
 
     lines = []
     ref = (reference or {}).get("step_ms") or {}
@@ -344,7 +344,7 @@ def machine_lines(f: dict[str, Any], reference: dict[str, Any] | None) -> list[s
 def ratio_line(r: dict[str, Any]) -> str:
     """One TokenRouter / lock-step comparison: both throughputs, the ratio, its interval over repeats (with
     each repeat's ratio), and whether the machine was contended."""
-    from evals.headline import interval_text
+    from tokenrouter.evals.headline import interval_text
 
     repeats = r.get("ratio per repeat") or []
     spread = interval_text(repeats)

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evals.machine import REFERENCE_DIR
+from tokenrouter.evals.machine import REFERENCE_DIR
 
 
 def load_reference(path: Path = REFERENCE_DIR) -> dict[str, Any] | None:

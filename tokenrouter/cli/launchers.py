@@ -32,7 +32,7 @@ def register_resolvers() -> None:
     (idempotent: every command composing configs calls it)."""
     from omegaconf import OmegaConf
 
-    from evals.objective import directions
+    from tokenrouter.evals.objective import directions
 
     resolvers = {
         "tokenrouter.gpus": lambda members: JobResources.of_members(members).gpus,
@@ -59,7 +59,7 @@ def check(cfg: Any) -> None:
     local Ray cluster smaller than one run. `cfg` is the composed config with its `hydra` node."""
     from omegaconf import OmegaConf
 
-    from evals.objective import objective_names
+    from tokenrouter.evals.objective import objective_names
 
     launcher, sweeper = cfg.hydra.launcher, cfg.hydra.sweeper
     choices = cfg.hydra.runtime.choices

@@ -22,8 +22,8 @@ HELP = "list the installed algorithms, engines, systems and workload loaders, an
 KINDS: dict[str, tuple[str, str]] = {
     "algorithms": ("tokenrouter.registry:ALGORITHMS", "algorithm.name=NAME"),
     "engines": ("tokenrouter.registry:ENGINES", "models.members.N.engine=NAME"),
-    "systems": ("evals.systems:REGISTRY", "system=NAME with a conf/system/NAME.yaml, or system.name=NAME"),
-    "workloads": ("evals.workloads:LOADER_REGISTRY", "workload.loader=NAME"),
+    "systems": ("tokenrouter.evals.systems:REGISTRY", "system=NAME with a conf/system/NAME.yaml, or system.name=NAME"),
+    "workloads": ("tokenrouter.evals.workloads:LOADER_REGISTRY", "workload.loader=NAME"),
 }
 
 

@@ -63,9 +63,9 @@ class JobPlan:
 
 
 def plan_job(cfg: Any, totals: dict[str, int] | None) -> JobPlan:
-    from evals.preconditions import missing_packages, start_problems
     from tokenrouter.config import model_specs
     from tokenrouter.engine.memory_plan import cuda_totals, demand, model_size, plan_memory, planned_models
+    from tokenrouter.evals.preconditions import missing_packages, start_problems
 
     specs = model_specs(cfg.models)
     cuda = planned_models(specs)

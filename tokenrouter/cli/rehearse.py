@@ -53,8 +53,8 @@ class Verdict:
 
 def cpu_cannot_run(cfg: Any) -> str | None:
     """The one step of a job that needs a GPU node, or None when the whole job runs here."""
-    from evals.preconditions import OWN_ENGINES
     from tokenrouter.config import model_specs
+    from tokenrouter.evals.preconditions import OWN_ENGINES
 
     for spec in model_specs(cfg.models):
         if cfg.system.name not in OWN_ENGINES and spec.engine == "sglang" and spec.tp > 1:
@@ -68,7 +68,7 @@ def cpu_cannot_run(cfg: Any) -> str | None:
 def _official_r2r_here(cfg: Any) -> bool:
     """Whether the official R2R checkout the job would start is on this machine (system.repo, an installed
     `r2r`, or `make official-venv`'s copy)."""
-    from baselines.official_r2r import find_repo
+    from tokenrouter.baselines.official_r2r import find_repo
 
     try:
         find_repo(cfg.system.get("repo"))
@@ -86,8 +86,8 @@ def note(cfg: Any) -> str:
 
 def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[str]:
     """What replaces each GPU member, router and Hub data set of the job `cfg`, as overrides."""
-    from evals.stand_in_data import needs_stand_in, write_stand_in_rows
     from tokenrouter.config import model_specs
+    from tokenrouter.evals.stand_in_data import needs_stand_in, write_stand_in_rows
     from tokenrouter.models.stand_in import model_type, stand_in_path
 
     overrides = []
@@ -115,7 +115,7 @@ def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[
 def _stand_in_router(cfg: Any, small: Path, out: Path) -> Path | None:
     """A random router of the job's kind for the stand-in small model, where the job names a router that is not
     on this machine (a Hub reference, a cluster path): R2R's in the official layout, others in ours."""
-    from evals.preconditions import OWN_ROUTING, ROUTED_BY_A_NETWORK
+    from tokenrouter.evals.preconditions import OWN_ROUTING, ROUTED_BY_A_NETWORK
 
     ref, kind, system = cfg.algorithm.get("router"), str(cfg.algorithm.name), cfg.system.name
     if system == "official_r2r":  # its server reads the router itself: always a stand-in beside the stand-in pair
@@ -145,9 +145,9 @@ def rehearse_job(hydra: Any, job: list[str], out: Path, totals: dict[str, int], 
     """Compose, plan, check and run one job (see the module docstring)."""
     from hydra.types import RunMode
 
-    from evals.preconditions import missing_packages
     from tokenrouter.cli.bench import JobFailure, _task, launch
     from tokenrouter.cli.plan import plan_job
+    from tokenrouter.evals.preconditions import missing_packages
 
     try:
         cfg = hydra.compose_config("config", [*job, f"hydra.run.dir={out}"], run_mode=RunMode.RUN)

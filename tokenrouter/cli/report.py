@@ -31,8 +31,8 @@ def run(argv: list[str]) -> int:
     if args.format == "lm-eval":
         return export_lm_eval(args.run_dirs, args.task, args.out)
 
-    from evals.report import write_reports
-    from evals.store import load_results
+    from tokenrouter.evals.report import write_reports
+    from tokenrouter.evals.store import load_results
 
     df = load_results(args.run_dirs)
     out = Path(args.out or "report")
@@ -43,7 +43,7 @@ def run(argv: list[str]) -> int:
     print(f"{len(df)} runs from {len(args.run_dirs)} path(s); wrote {len(written)} files:")
     for path in written:
         print(f"  {path}")
-    from evals.headline import headlines
+    from tokenrouter.evals.headline import headlines
 
     found = headlines(df)  # report.html's cards, in words: each ratio with its interval and machine's state
     if found:
@@ -54,8 +54,8 @@ def run(argv: list[str]) -> int:
 
 
 def export_lm_eval(paths: list[str], task: str | None, out: str | None) -> int:
-    from evals.lm_eval_export import export_run
-    from evals.store import find_run_dirs
+    from tokenrouter.evals.lm_eval_export import export_run
+    from tokenrouter.evals.store import find_run_dirs
 
     runs = find_run_dirs(paths)
     if not runs:

@@ -252,8 +252,8 @@ def write_serve_trace(frontend: Any, path: Path) -> None:
 def run(argv: list[str]) -> int:
     args = _parser().parse_intermixed_args(argv)
     cfg = compose(with_config_dirs(args.overrides, args.config_dir), args.config_path, args.config_name)
-    from evals.preconditions import missing_devices
     from tokenrouter.config import model_specs
+    from tokenrouter.evals.preconditions import missing_devices
 
     missing = missing_devices(model_specs(cfg.models))  # before any download: its retries take a minute
     if missing:

@@ -44,11 +44,11 @@ def _parser() -> ArgumentParser:
 
 def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from evals.workloads import encode_problem, load_workload
     from tokenrouter.algorithms.training import TrainSettings, train_router
     from tokenrouter.cache import cache_dir
     from tokenrouter.config import model_specs
     from tokenrouter.engine.loader import load_tokenizer
+    from tokenrouter.evals.workloads import encode_problem, load_workload
 
     settings = TrainSettings(
         algorithm=args.algorithm, seed=args.seed, target_recall=args.target_recall, holdout=args.holdout,

@@ -1,3 +1,0 @@
-"""The evaluation harness: workloads, metrics, the registry of serving systems and the benchmark runner, result
-store and reports. Modules are imported directly (`evals.workloads`, `evals.bench`, ...) so importing the
-package stays cheap."""
