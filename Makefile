@@ -131,4 +131,4 @@ official-venv:
 	scripts/official_ensemble_env.sh "$(ENSEMBLE_SRC)" "$(ENSEMBLE_VENV)"
 
 official-cpu: $(STAMP) official-venv
-	$(PY) benchmarks/official_cpu.py --out runs/official_cpu
+	ENSEMBLE_SRC="$(ENSEMBLE_SRC)" $(PY) benchmarks/official_cpu.py --out runs/official_cpu

@@ -27,7 +27,8 @@ from tokenrouter.evals.agreement import compare, load_requests, pairs
 
 OFFICIAL_ENV = Path(".venv-r2r/R2R")
 ENSEMBLE_ENV = Path(".venv-ensemble/bin/python")
-ENSEMBLE_SRC = Path("../shared/third_party/mixture-model-like-ensemble-cbe532b")
+# its code: $ENSEMBLE_SRC (make official-cpu passes its ENSEMBLE_SRC), else the snapshot beside this repository
+ENSEMBLE_SRC = Path(os.environ.get("ENSEMBLE_SRC") or "../shared/third_party/mixture-model-like-ensemble-cbe532b")
 SYSTEMS = ("official_r2r", "lockstep", "tokenrouter")
 # The paper's ablation (official R2R tok/s at N = 8 / 4 / 1, GPUs) and its Table 3 range of TokenRouter /
 # official R2R; printed beside ours for the shape, never as comparable figures (GPU models vs a CPU toy pair).
@@ -64,11 +65,15 @@ def run_r2r(out: Path, router: Path, systems: list[str], args: argparse.Namespac
 
 
 def run_ensemble(out: Path, args: argparse.Namespace) -> int:
-    common = [f"workload.num_problems={args.problems}", f"workload.max_new_tokens={args.tokens}"]
-    status = bench(["-m", "+experiment=official_cpu_ensemble", f"hydra.sweep.dir={out / 'ensemble'}", *common])
-    replay = ["-m", "+experiment=official_cpu_ensemble", "system=official_ensemble", "system.draws=tokenrouter",
-              f"hydra.sweep.dir={out / 'ensemble_replay'}", *common]
-    return status or bench(replay)
+    """TokenRouter's ensemble, the official code, and the official code replaying our draws (system.* fields
+    are the official system's own, so each is a sweep of its own)."""
+    common = ["-m", "+experiment=official_cpu_ensemble", f"workload.num_problems={args.problems}",
+              f"workload.max_new_tokens={args.tokens}"]
+    official = ["system=official_ensemble", f"system.repo={ENSEMBLE_SRC.resolve()}"]
+    status = bench([*common, "system=tokenrouter", f"hydra.sweep.dir={out / 'ensemble'}"])
+    status = bench([*common, *official, f"hydra.sweep.dir={out / 'ensemble'}"]) or status
+    replay = [*common, *official, "system.draws=tokenrouter", f"hydra.sweep.dir={out / 'ensemble_replay'}"]
+    return bench(replay) or status
 
 
 def point_dir(sweep: Path, system: str, n: int) -> Path | None:
