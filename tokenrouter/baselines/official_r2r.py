@@ -5,7 +5,9 @@ pinned to commit 14994a0, the last one whose server routes by the router (see Kn
     git clone https://github.com/thu-nics/R2R && cd R2R && git checkout 14994a0
     python -m venv .venv && .venv/bin/pip install -e . && .venv/bin/pip install sgl-kernel==0.3.8
 then `system.repo=/path/to/R2R` (and `system.python=...` if its interpreter is not `<repo>/.venv/bin/python`).
-Every run records which code it ran (`git rev-parse HEAD` of the checkout, else the installed `r2r` version)
+Or `make official-venv` (any machine: scripts/official_r2r_env.sh builds .venv-r2r with a copy of the checkout,
+found without system.repo). Every run records which code it ran (`git rev-parse HEAD` of the checkout, or of
+the checkout a copy was made from, else the installed `r2r` version)
 and which official server (always SLDisaggregationSystem, asynchronous) in summary.json `official_r2r`.
 
 Entry point: its OpenAI-style server `script/inference/launch_r2r_server.py` (flags built by
