@@ -270,7 +270,7 @@ def from_setup(setup: SystemSetup) -> OfficialR2R:
             overlap_tp_schedule=bool(opts.get("overlap_tp_schedule", True)) and not cpu,
             local_models=all(_local_path(m) for m in setup.models))
         launch = build_launch(launch_opts, official, small, large, os.environ.get("CUDA_VISIBLE_DEVICES"))
-    except UserError:
+    except BaseException:  # the private dir (an exported router in it) never outlives a failed set-up
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     info = RunInfo(commit=official_version(repo, python), pinned_commit=PINNED_COMMIT, server=SERVER,
