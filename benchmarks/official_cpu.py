@@ -85,6 +85,20 @@ def point_dir(sweep: Path, system: str, n: int) -> Path | None:
     return None
 
 
+def agreement_rows(n: int, runs: dict[str, Path]) -> list[dict]:
+    """One agreement.csv row per pair of these runs (system -> run dir) at concurrency `n`."""
+    loaded = {name: load_requests(d) for name, d in runs.items()}
+    rows = []
+    for a, b in pairs(loaded):
+        agreement = compare(loaded[a], loaded[b])
+        first = agreement.first
+        rows.append({"concurrency": n, "a": a, "b": b, "requests": agreement.requests,
+                     "identical": agreement.identical,
+                     "first_difference": "" if first is None else f"{first.index}@{first.position}",
+                     "cause": "" if first is None else first.cause})
+    return rows
+
+
 def merge_results(out: Path, parts: list[str]) -> None:
     """OUT/results.csv: every sweep's results.csv, one header."""
     rows: list[dict] = []
@@ -119,14 +133,7 @@ def collect(out: Path, systems: list[str], levels: list[int], load: tuple[str, s
             paper = f"{PAPER_OFFICIAL_TOK_S[n]}" if system == "official_r2r" and n in PAPER_OFFICIAL_TOK_S else ""
             lines.append(f"| {n} | {system} | {tput:.1f} | {doc.get('large_token_share') or 0:.3f} | "
                          f"{doc.get('accuracy') or 0:.1%} | {ratio} | {paper} |")
-        runs = {s: load_requests(d) for s, d in dirs.items() if d}
-        for a, b in pairs(runs):
-            agreement = compare(runs[a], runs[b])
-            first = agreement.first
-            rows.append({"concurrency": n, "a": a, "b": b, "requests": agreement.requests,
-                         "identical": agreement.identical,
-                         "first_difference": "" if first is None else f"{first.index}@{first.position}",
-                         "cause": "" if first is None else first.cause})
+        rows += agreement_rows(n, {s: d for s, d in dirs.items() if d})
     lines += ["", f"Paper (GPUs, Table 3): TokenRouter / official R2R {PAPER_SPEEDUP}.", "",
               "## Outputs token by token", "", "| N | systems | agreement |", "| --- | --- | --- |"]
     for row in rows:
@@ -168,18 +175,11 @@ def ensemble_section(out: Path) -> tuple[list[str], list[dict]]:
         tput = doc.get("throughput_tok_s") or 0.0
         lines.append(f"| {name} | {tput:.1f} | {shares} ({weights}) | {doc.get('accuracy') or 0:.1%} | "
                      f"{f'{tput / base:.2f}x' if base else '-'} |")
-    rows = []
-    loaded = {k: load_requests(d) for k, d in runs.items()}
-    for a, b in pairs(loaded):
-        agreement = compare(loaded[a], loaded[b])
-        first = agreement.first
-        rows.append({"concurrency": 1, "a": a, "b": b, "requests": agreement.requests,
-                     "identical": agreement.identical,
-                     "first_difference": "" if first is None else f"{first.index}@{first.position}",
-                     "cause": "" if first is None else first.cause})
-        lines.append(f"- {a} vs {b}: {agreement.identical}/{agreement.requests} identical"
-                     + (f"; first difference (request@token) {rows[-1]['first_difference']}: {first.cause}"
-                        if first else ""))
+    rows = agreement_rows(1, runs)
+    for row in rows:
+        lines.append(f"- {row['a']} vs {row['b']}: {row['identical']}/{row['requests']} identical"
+                     + (f"; first difference (request@token) {row['first_difference']}: {row['cause']}"
+                        if row["first_difference"] else ""))
     return lines, rows
 
 

@@ -57,6 +57,18 @@ def user_env() -> dict[str, str]:
     return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
+def pip_into(site: Path):
+    """A command rewrite for run_page: the page's `pip install X` goes into folder `site` (put on PYTHONPATH),
+    with this interpreter and no dependencies, so the test's venv is left as it was."""
+    def rewrite(line: str) -> str:
+        if line.startswith("pip install "):
+            return (f"{sys.executable} -m pip install -q --no-deps --no-build-isolation --target {site} "
+                    + line.removeprefix("pip install ").split("#")[0].strip())
+        return line
+
+    return rewrite
+
+
 def run_page(text: str, cwd: Path, env: dict[str, str] | None = None,
              rewrite: Callable[[str], str] = lambda line: line, timeout: float = 300) -> dict[str, str]:
     """Run the blocks of `text` from `cwd`; returns each command as run -> what it printed on stdout. `rewrite`

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.doc_blocks import run_page, section, user_env
+from tests.doc_blocks import pip_into, run_page, section, user_env
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "entropy_router"
@@ -42,14 +42,8 @@ def test_an_installed_algorithm_package_is_swept_beside_a_builtin(tmp_path: Path
     shutil.copytree(EXAMPLE, tmp_path / "entropy_router")  # the user's own project: this repository is untouched
     site = tmp_path / "site"
 
-    def into_site(line: str) -> str:
-        if line.startswith("pip install "):
-            return (f"{sys.executable} -m pip install -q --no-deps --no-build-isolation --target {site} "
-                    + line.removeprefix("pip install ").split("#")[0].strip())
-        return line
-
     page = section(ROOT / "docs" / "add_an_algorithm.md", "4. Sweep it next to the built-ins, on the same report")
-    ran = run_page(page, tmp_path, {**user_env(), "PYTHONPATH": str(site)}, into_site, timeout=600)
+    ran = run_page(page, tmp_path, {**user_env(), "PYTHONPATH": str(site)}, pip_into(site), timeout=600)
     assert len(ran) == 5 and "cd entropy_router" in ran
     root = tmp_path / "entropy_router" / "runs"
     table = pd.read_csv(root / "entropy" / "results.csv")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from tests.distributions import fake_distribution
-from tests.doc_blocks import run_page, section, user_env
+from tests.doc_blocks import pip_into, run_page, section, user_env
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "serial_system"
@@ -28,14 +28,8 @@ def test_an_installed_system_package_runs_beside_tokenrouter_and_lands_in_the_re
     shutil.copytree(EXAMPLE, tmp_path / "serial_system")  # the user's own project: this repository is untouched
     site = tmp_path / "site"
 
-    def into_site(line: str) -> str:
-        if line.startswith("pip install "):
-            return (f"{sys.executable} -m pip install -q --no-deps --no-build-isolation --target {site} "
-                    + line.removeprefix("pip install ").split("#")[0].strip())
-        return line
-
     page = section(ROOT / "docs" / "add_a_system.md", "4. Run it beside TokenRouter, on the same report")
-    ran = run_page(page, tmp_path, {**user_env(), "PYTHONPATH": str(site)}, into_site, timeout=600)
+    ran = run_page(page, tmp_path, {**user_env(), "PYTHONPATH": str(site)}, pip_into(site), timeout=600)
     assert len(ran) == 5
     listed = [line.split() for line in ran["tokenrouter ls systems"].splitlines()]
     assert ["serial", "entry", "point", "(serial-system", "0.1.0)", "serial_system:SerialSystem"] in listed
