@@ -90,7 +90,9 @@ test-launchers: $(STAMP)
 	$(PY) -m pytest -q tests/evals/test_bench_launchers.py
 	$(PY) -m pytest -q -m slow tests/evals/test_bench_launchers_cluster.py
 
-# Optional SGLang engine (`engine: sglang`): a separate venv, since sglang pins its own torch/transformers.
+# The SGLang engine (`engine: sglang`, the Qwen3 sets' default) in a venv of its own, since sglang pins its own
+# torch/transformers; it is also the GPU node's one environment: `.[node]` adds RouteLLM and the Hydra launchers
+# and sweeper, so every shipped experiment runs from .venv-sglang/bin/tokenrouter.
 SGL_VENV ?= .venv-sglang
 SGL_PY := $(SGL_VENV)/bin/python
 SGL_STAMP := $(SGL_VENV)/.installed
@@ -100,7 +102,7 @@ $(SGL_STAMP): pyproject.toml
 	$(SGL_PY) -m pip install -q --upgrade pip
 	# sglang first so that its exact pins (torch, transformers, kernels) win; then our package on top of them.
 	$(SGL_PY) -m pip install -q "sglang==0.5.23"
-	$(SGL_PY) -m pip install -q -e ".[dev,sglang]"
+	$(SGL_PY) -m pip install -q -e ".[dev,node]"
 	$(SGL_PY) -c "import sglang.srt.model_executor.model_runner"
 	touch $(SGL_STAMP)
 

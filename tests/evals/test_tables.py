@@ -16,3 +16,13 @@ def test_missing_values_are_dashes_never_na() -> None:
     assert "<NA>" not in text and "nan" not in text
     assert text.splitlines()[-1] == "| -- | -- | -- |"
     assert value(pd.NA) == MISSING and value(None) == MISSING and value(2) == 2
+
+
+def test_markdown_and_latex_leave_out_empty_columns_csv_keeps_them(tmp_path) -> None:
+    from tokenrouter.evals.tables import write_table
+
+    table = pd.DataFrame({"N": [1, 4], "official tok/s": [None, float("nan")], "gain": [1.5, None]})
+    md, csv, tex = write_table(table, tmp_path, "t", "caption")
+    assert "official" not in md.read_text() and "official" not in tex.read_text()
+    assert "| N | gain |" in md.read_text() and "| 4 | -- |" in md.read_text()
+    assert list(pd.read_csv(csv).columns) == ["N", "official tok/s", "gain"]

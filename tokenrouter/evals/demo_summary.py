@@ -17,6 +17,7 @@ import pandas as pd
 from tokenrouter.evals.headline import ratio_interval
 from tokenrouter.evals.machine import contended
 from tokenrouter.evals.runs_table import PER_REQUEST, THROUGHPUT, series_label
+from tokenrouter.evals.tables import present
 
 TOKEN_LEVEL = "tokenrouter"
 QUERY_LEVEL = "query_routing"
@@ -31,7 +32,7 @@ def algorithm_settings(row: pd.Series) -> str:
         if not str(column).startswith("cfg.algorithm."):
             continue
         key = str(column).removeprefix("cfg.algorithm.")
-        if key not in NOT_SETTINGS and _present(value):
+        if key not in NOT_SETTINGS and present(value):
             parts.append(f"{key}={value}")
     return ",".join(sorted(parts))
 
@@ -44,10 +45,6 @@ def setting(row: pd.Series) -> str:
     if system == QUERY_LEVEL:
         return f"strong_share={row.get('strong_share')}"
     return algorithm_settings(row)
-
-
-def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def _col(df: pd.DataFrame, name: str) -> pd.Series:

@@ -14,7 +14,6 @@ details. The PNG/PDF/LaTeX outputs stay for papers.
 from __future__ import annotations
 
 import json
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from tokenrouter.evals.headline import Headline, headlines, interval_text
 from tokenrouter.evals.machine import note
 from tokenrouter.evals.runs_table import THROUGHPUT, has, pair_label, series_label, system_label
 from tokenrouter.evals.svg import KIND_COLORS, PALETTE, Point, Series, chart, esc, legend, timeline
+from tokenrouter.evals.tables import present, without_empty_columns
 from tokenrouter.trace.summary import TRACE_FILE, format_summary, load_trace, summarize
 
 REPORT_FILE = "report.html"
@@ -143,10 +143,10 @@ def setting_tip(runs: pd.DataFrame) -> str:
 def run_tip(row: pd.Series) -> str:
     """A run's identity and figures, for a point's hover tip."""
     config = {k.removeprefix("cfg."): v for k, v in row.items()
-              if k.startswith(("cfg.algorithm.", "cfg.runtime.thresholds", "cfg.concurrency")) and _present(v)}
+              if k.startswith(("cfg.algorithm.", "cfg.runtime.thresholds", "cfg.concurrency")) and present(v)}
     figures = [f"{THROUGHPUT}: {row[THROUGHPUT]:.1f}"]
     for col in ("accuracy", "large_token_share", "mean_latency_s"):
-        if _present(row.get(col)):
+        if present(row.get(col)):
             figures.append(f"{col}: {row[col]:.3g}")
     return "\n".join([f"run: {row.get('run_dir')}", *figures, *(f"{k}: {v}" for k, v in config.items())])
 
@@ -275,7 +275,7 @@ def runs_section(df: pd.DataFrame) -> str:
     for _, row in df.iterrows():
         cells = "".join(f"<td>{esc(_cell(system_label(row) if c == 'system' else row.get(c)))}</td>"
                         for c in DETAIL_COLUMNS)
-        config = {k.removeprefix("cfg."): _plain(v) for k, v in row.items() if k.startswith("cfg.") and _present(v)}
+        config = {k.removeprefix("cfg."): _plain(v) for k, v in row.items() if k.startswith("cfg.") and present(v)}
         extra = ""
         path = Path(str(row.get("run_dir"))) / TRACE_FILE
         if path.is_file():
@@ -292,18 +292,11 @@ def runs_section(df: pd.DataFrame) -> str:
 
 def html_table(table: pd.DataFrame) -> str:
     """A table, leaving out the columns empty in every row."""
-    table = table.loc[:, [c for c in table.columns if table[c].map(_present).any()]]
+    table = without_empty_columns(table)
     head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
     body = "".join("<tr>" + "".join(f"<td>{esc(_cell(v))}</td>" for v in row) + "</tr>"
                    for row in table.itertuples(index=False))
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-
-
-def _present(v: Any) -> bool:
-    """Whether a cell holds a value (None, NaN and pandas' NA do not)."""
-    if v is None or v is pd.NA or v is pd.NaT:
-        return False
-    return not (isinstance(v, float) and math.isnan(v))
 
 
 def _plain(v: Any) -> Any:
@@ -311,7 +304,7 @@ def _plain(v: Any) -> Any:
 
 
 def _cell(v: Any) -> str:
-    if not _present(v):
+    if not present(v):
         return "--"
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"

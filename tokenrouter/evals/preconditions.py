@@ -13,7 +13,8 @@ from typing import Any
 
 from tokenrouter.config import ModelSpec, model_specs
 
-SGLANG_HOW = "make sglang-venv, then run from .venv-sglang"
+# .venv-sglang is the GPU node's one environment (`.[node]`: SGLang, RouteLLM, the Hydra launchers and sweeper)
+NODE_HOW = "make sglang-venv, the one environment for every shipped experiment, then run from .venv-sglang"
 # algorithms whose router reads the entry model's input embedding (R2R embeds the predicted token)
 EMBEDDING_ROUTERS = ("r2r",)
 # algorithms that route by a trained router network, which the job must name
@@ -67,19 +68,24 @@ def _sharded_embedding(cfg: Any, specs: list[ModelSpec]) -> str | None:
     return None
 
 
+# module a job may need -> the extra of this project that installs it (all of them are in `.[node]`)
+EXTRAS = {"sglang": "sglang", "routellm": "routellm"}
+
+
 def missing_packages(cfg: Any) -> list[str]:
     """What the job needs installed that this Python environment lacks, one line each."""
     specs = model_specs(cfg.models)
     system = str(cfg.system.name)
     needs = []
     if system not in OWN_ENGINES and any(s.engine == "sglang" for s in specs):
-        needs.append(("sglang", "engine sglang", SGLANG_HOW))
+        needs.append(("sglang", "engine sglang"))
     if system.endswith("_sglang") or cfg.system.get("server") == "sglang":
-        needs.append(("sglang", f"system {system} (SGLang servers)", SGLANG_HOW))
+        needs.append(("sglang", f"system {system} (SGLang servers)"))
     if system.startswith("query_routing"):
-        needs.append(("routellm", f"system {system}", "pip install '.[routellm]'"))
+        needs.append(("routellm", f"system {system}"))
     missing = {}
-    for module, what, how in needs:
+    for module, what in needs:
         if importlib.util.find_spec(module) is None:
+            how = f"pip install '.[{EXTRAS[module]}]', or {NODE_HOW}"
             missing.setdefault(module, f"{what} needs {module}, which this Python environment lacks ({how})")
     return list(missing.values())
