@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: official-venv official-cpu venv demo test rehearse lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
+.PHONY: official-venv official-cpu venv demo test rehearse rehearse-sglang lint docs fuzz bench clean sglang-venv test-sglang test-clients vllm-venv test-launchers test-slow test-browser
 
 # "-e" unless tokenrouter is installed in the venv non-editable (pip's direct_url.json says which)
 export EDITABLE_OR_NOT := import importlib.metadata as m, json; \
@@ -76,17 +76,17 @@ test-browser: $(STAMP)
 	command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 		{ test "$$(id -u)" = 0 && apt-get install -y -q chromium >/dev/null; } || \
 		{ echo "test-browser needs Chromium (apt-get install chromium)"; exit 1; }
-	$(PY) -m pip install -q -e ".[browser]"
+	$(PY) -m pip install -q $$($(PY) -I -c "$$EDITABLE_OR_NOT") ".[browser]"
 	REPORT_SHOTS=$(SHOTS) $(PY) -m pytest -q -m browser tests/evals/test_report_browser.py
 
 test-clients: $(STAMP)
-	$(PY) -m pip install -q -e ".[clients]"
+	$(PY) -m pip install -q $$($(PY) -I -c "$$EDITABLE_OR_NOT") ".[clients]"
 	$(PY) -m pytest -q -m slow tests/runtime/test_http_lm_eval.py tests/runtime/test_bench_tools.py
 
 # Hydra's Ray and submitit launchers and Optuna sweeper on a CPU sweep (a local Ray cluster, submitit's local
 # executor; ~2 min): the same results.csv as joblib, resume after a killed worker, an Optuna search.
 test-launchers: $(STAMP)
-	$(PY) -m pip install -q -e ".[ray,submitit,optuna]"
+	$(PY) -m pip install -q $$($(PY) -I -c "$$EDITABLE_OR_NOT") ".[ray,submitit,optuna]"
 	$(PY) -m pytest -q tests/evals/test_bench_launchers.py
 	$(PY) -m pytest -q -m slow tests/evals/test_bench_launchers_cluster.py
 
@@ -113,6 +113,11 @@ sglang-venv: $(SGL_STAMP)
 test-sglang: $(SGL_STAMP) $(STAMP)
 	$(SGL_PY) -m pytest -q -W ignore::DeprecationWarning tests/engine/test_sglang_*.py tests/runtime/test_runtime_sglang.py
 	$(PY) -m pytest -q -m slow tests/baselines/test_sglang_baselines.py tests/baselines/test_http_model.py
+
+# Every shipped experiment rehearsed as shipped (`engine: sglang` on the Qwen3 and R1 sets: SGLang's ModelRunner
+# on CPU, stand-in models) from .venv-sglang, the GPU node's environment; each job's line printed (-rP).
+rehearse-sglang: $(SGL_STAMP)
+	$(SGL_PY) -m pytest -q -rP -W ignore::DeprecationWarning -m rehearsal tests/test_cli_rehearse.py
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) outputs multirun .pytest_cache site
