@@ -37,7 +37,7 @@ test: $(STAMP)
 # The slow-marked tests of the main venv (soak tests, the demo end to end, every experiment's sweep); those
 # needing an optional install run under their own targets (test-clients, test-launchers, test-sglang).
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow --ignore=tests/runtime/test_http_lm_eval.py --ignore=tests/runtime/test_bench_tools.py \
+	$(PY) -m pytest -q -m slow --ignore=tests/server/test_lm_eval.py --ignore=tests/runtime/test_bench_tools.py \
 		--ignore=tests/evals/test_bench_launchers_cluster.py --ignore=tests/baselines/test_sglang_baselines.py \
 		--ignore=tests/baselines/test_http_model.py
 
@@ -81,7 +81,7 @@ test-browser: $(STAMP)
 
 test-clients: $(STAMP)
 	$(PY) -m pip install -q $$($(PY) -I -c "$$EDITABLE_OR_NOT") ".[clients]"
-	$(PY) -m pytest -q -m slow tests/runtime/test_http_lm_eval.py tests/runtime/test_bench_tools.py
+	$(PY) -m pytest -q -m slow tests/server/test_lm_eval.py tests/runtime/test_bench_tools.py
 
 # Hydra's Ray and submitit launchers and Optuna sweeper on a CPU sweep (a local Ray cluster, submitit's local
 # executor; ~2 min): the same results.csv as joblib, resume after a killed worker, an Optuna search.

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from tokenrouter.runtime.http_ready import ready_url
+from tokenrouter.server.ready import ready_url
 
 ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 300.0

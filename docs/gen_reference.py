@@ -17,6 +17,7 @@ import inspect
 import io
 import re
 import sys
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,39 @@ def config_page() -> str:
     return "".join(parts)
 
 
-def http_page() -> str:
-    from tokenrouter.runtime.http_server import ServerOptions, create_app
+class UnservedFrontEnd:
+    """The front end of an app built only for its OpenAPI document (http_page): it serves no request, so every
+    member of the server's FrontEnd is a stand-in that is never called."""
 
-    schema = create_app(None, None, ServerOptions(model_name="MODEL")).openapi()
+    model_names: list[str]
+    eos_token_ids: list[int]
+
+    def __init__(self) -> None:
+        self.model_names, self.eos_token_ids = [], []
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    def stream(self, req: Any) -> AsyncGenerator[Any, None]:
+        raise NotImplementedError("the reference app serves no request")
+
+    def health_problem(self) -> str | None:
+        return "the reference app serves no request"
+
+    def algorithm_trouble(self) -> dict[str, Any] | None:
+        return None
+
+    async def refresh_stats(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        return {}
+
+
+def http_page() -> str:
+    from tokenrouter.server.app import ServerOptions, create_app
+
+    schema = create_app(UnservedFrontEnd(), None, ServerOptions(model_name="MODEL")).openapi()
     parts = [HEADER, "# HTTP API reference\n\n`tokenrouter serve` answers these paths (its OpenAPI document is "
              "served at `/openapi.json`, interactive at `/docs`).\n\n| method | path | what |\n| --- | --- | --- |\n"]
     for path, ops in sorted(schema["paths"].items()):

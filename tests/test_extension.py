@@ -133,7 +133,7 @@ def test_serve_takes_a_user_config_dir(tmp_path: Path) -> None:
     import signal
     import urllib.request
 
-    from tokenrouter.runtime.http_ready import ready_url
+    from tokenrouter.server.ready import ready_url
 
     (tmp_path / "my_conf" / "algorithm").mkdir(parents=True)
     (tmp_path / "my_conf" / "algorithm" / "always_large.yaml").write_text("name: bernoulli\nroute_prob: 1.0\n")

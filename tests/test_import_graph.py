@@ -5,8 +5,8 @@ Everything lives under the one import name `tokenrouter` (the wheel installs not
 distribution's `evals` or `baselines` is overwritten). Layers, lowest first; a module may import its own layer
 and those below, never one above:
   0 core       `tokenrouter` minus `tokenrouter.cli`, `tokenrouter.evals` and `tokenrouter.baselines`: api,
-               config, engines, runtime, algorithms, perfmodel, models, the serving-system contract
-               (`tokenrouter.system`) and the arith task
+               config, engines, runtime, the HTTP server, algorithms, perfmodel, models, the serving-system
+               contract (`tokenrouter.system`) and the arith task
   1 baselines  `tokenrouter.baselines`: the systems TokenRouter is compared against, built on the core alone
   2 evals      `tokenrouter.evals`: workloads, metrics, the system registry and the runner, result store, reports
   3 app        `tokenrouter.cli` and `tokenrouter.__main__`: the `tokenrouter` command, which drives the
@@ -17,10 +17,12 @@ core, not pieces of the harness; the harness drives both. A cycle between two mo
 or not) means neither can be understood, tested or moved without the other.
 
 Inside the core, the same rule over its parts, lowest first (CORE_ORDER):
-  registry < engine < api < perfmodel < algorithms < system < runtime
+  registry < engine < api < perfmodel < algorithms < system < runtime < server
 The registry names what it finds as "module:attr" strings and imports none of it; engines know nothing of
-routing; the algorithm contract (api) knows engines, not the algorithms; the runtime sits on all of them. The
-helpers beside them (config, errors, plugins, generation, handoff, trace, ...) are not ordered here.
+routing; the algorithm contract (api) knows engines, not the algorithms; the runtime sits on all of them; the
+HTTP server sits on the runtime, which never imports it (the server takes its front end through the typed
+interface `tokenrouter.server.frontend_api.FrontEnd`, which the runtime's front end implements structurally).
+The helpers beside them (config, errors, plugins, generation, handoff, trace, ...) are not ordered here.
 
 `python tests/test_import_graph.py [ROOT]` prints the offending edges of another checkout and exits 1.
 """
@@ -37,7 +39,8 @@ PACKAGES = ("tokenrouter",)  # the roots scanned
 SUBPACKAGE_LAYERS = {"cli": "app", "__main__": "app", "evals": "evals", "baselines": "baselines"}  # tokenrouter.<x>
 FOREIGN = ("evals", "baselines")  # other distributions' top-level names: the project's old ones, never imported
 LAYERS = ("core", "baselines", "evals", "app", "scripts")
-CORE_ORDER = ("registry", "engine", "api", "perfmodel", "algorithms", "system", "runtime")  # tokenrouter.<part>
+CORE_ORDER = ("registry", "engine", "api", "perfmodel", "algorithms", "system", "runtime",  # tokenrouter.<part>
+              "server")
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,7 @@ def test_the_graph_is_seen() -> None:
     # every part of CORE_ORDER is seen importing or imported by another part
     assert {p for pair in parts for p in pair} >= set(CORE_ORDER)
     assert ("runtime", "algorithms") in parts and ("api", "engine") in parts and ("engine", "registry") in parts
+    assert ("server", "runtime") in parts
 
 
 def test_no_upward_imports_and_no_cycles() -> None:
@@ -291,6 +295,20 @@ def test_a_planted_import_against_the_core_order_fails(tmp_path: Path) -> None:
     assert found[1].startswith("core order: tokenrouter/registry.py:1: tokenrouter.registry (registry) imports "
                                "tokenrouter.engine.sim (engine)"), found
     assert found[2].startswith("cycle: tokenrouter.algorithms.stay -> tokenrouter.api"), found
+
+
+def test_a_planted_import_of_the_server_by_the_runtime_fails(tmp_path: Path) -> None:
+    """The runtime knows the server only through the Protocol the server defines, never by importing it."""
+    for rel, text in {"tokenrouter/__init__.py": "", "tokenrouter/runtime/__init__.py": "",
+                      "tokenrouter/runtime/frontend.py": "from tokenrouter.server.frontend_api import FrontEnd\n",
+                      "tokenrouter/server/__init__.py": "", "tokenrouter/server/frontend_api.py": "",
+                      "tokenrouter/server/app.py": "from tokenrouter.runtime import frontend\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert problems(tmp_path) == [
+        "core order: tokenrouter/runtime/frontend.py:1: tokenrouter.runtime.frontend (runtime) imports "
+        "tokenrouter.server.frontend_api (server); order: registry < engine < api < perfmodel < algorithms < "
+        "system < runtime < server"]
 
 
 if __name__ == "__main__":

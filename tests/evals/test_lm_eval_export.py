@@ -1,6 +1,6 @@
 """`tokenrouter report --format lm-eval`: a graded run as lm-eval's results/samples files (shape, score,
 standard error, hashes), and clear errors for runs that cannot export. The comparison against files lm-eval
-itself wrote for the same problems is the slow test in tests/runtime/test_http_lm_eval.py."""
+itself wrote for the same problems is the slow test in tests/server/test_lm_eval.py."""
 
 from __future__ import annotations
 

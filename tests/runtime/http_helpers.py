@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from tokenrouter.runtime.http_ready import ready_url
+from tokenrouter.server.ready import ready_url
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ["models=sim-r2r", "models.members.0.sim.latency_ms=1.0", "models.members.1.sim.latency_ms=2.0",

@@ -30,7 +30,7 @@ from tokenrouter.baselines.sglang_server import SGLangServerOptions, sglang_comm
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import ModelSpec, RuntimeConfig
 from tokenrouter.errors import UserError
-from tokenrouter.runtime.http_ready import ready_url
+from tokenrouter.server.ready import ready_url
 
 KINDS = ("tokenrouter", "sglang")
 STOP_GRACE_S = 15.0

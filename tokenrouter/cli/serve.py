@@ -56,7 +56,7 @@ SERVER_DEFAULTS: dict[str, Any] = {
     "log_level": "warning",
     "model_name": None,  # default: the model set's `models.name`
     "api_key": None,  # default: $TOKENROUTER_API_KEY; unset: no authentication
-    "http": "httptools",  # the HTTP/1.1 parser: httptools (C) or h11 (pure Python); runtime/http_connection.py
+    "http": "httptools",  # the HTTP/1.1 parser: httptools (C) or h11 (pure Python); server/connection.py
 }
 API_KEY_ENV = "TOKENROUTER_API_KEY"
 _POSITIVE_INTS = ("max_body_bytes", "max_prompt_tokens", "max_connections")
@@ -108,7 +108,7 @@ def server_options(cfg: Any) -> dict[str, Any]:
                 and (value > 0 or (zero_ok and value == 0))):
             raise UserError(f"server.{key} must be a finite number of seconds {'>= 0' if zero_ok else '> 0'}, "
                             f"got {value!r}")
-    from tokenrouter.runtime.http_connection import PARSERS
+    from tokenrouter.server.connection import PARSERS
 
     if opts["http"] not in PARSERS:
         raise UserError(f"server.http must be one of {', '.join(PARSERS)}, got {opts['http']!r}")
@@ -143,7 +143,7 @@ def bind(host: str, port: int) -> socket.socket:
 def _make_server(app: Any, opts: dict[str, Any], frontend: Any) -> Any:
     import uvicorn
 
-    from tokenrouter.runtime.http_connection import with_header_timeout
+    from tokenrouter.server.connection import with_header_timeout
 
     grace = float(opts["shutdown_timeout_s"])
 
@@ -200,8 +200,8 @@ async def serve(cfg: Any, opts: dict[str, Any], sock: socket.socket) -> int:
     from tokenrouter.config import AlgorithmSpec, RuntimeConfig, model_specs, seed_value
     from tokenrouter.heap import freeze_startup
     from tokenrouter.runtime.frontend import RuntimeFailure, TokenRouterFrontend
-    from tokenrouter.runtime.http_ready import ready_line
-    from tokenrouter.runtime.http_server import ServerOptions, create_app
+    from tokenrouter.server.app import ServerOptions, create_app
+    from tokenrouter.server.ready import ready_line
 
     models = model_specs(cfg.models)
     algorithm = AlgorithmSpec.from_dict(cfg.get("algorithm"))

@@ -17,7 +17,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,9 @@ class _Flight:
 
 
 class TokenRouterFrontend(ServingSystem):
-    """Client API over the subservers. Use `async with TokenRouterFrontend(...) as router:`."""
+    """Client API over the subservers. Use `async with TokenRouterFrontend(...) as router:`. It is what
+    `tokenrouter serve` serves: it implements the HTTP server's `FrontEnd` (tokenrouter/server/frontend_api.py)
+    structurally, since the runtime never imports the server."""
 
     def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig | None = None,
                  seed: int = 0) -> None:
@@ -280,7 +282,7 @@ class TokenRouterFrontend(ServingSystem):
             self._abort(flight)
             raise
 
-    async def stream(self, req: GenerationRequest) -> AsyncIterator[StreamEvent]:
+    async def stream(self, req: GenerationRequest) -> AsyncGenerator[StreamEvent, None]:
         flight = self._submit(req, stream=True)
         assert flight.events is not None
         try:

@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from tokenrouter.runtime.http_protocol import ErrorResponse
+from tokenrouter.server.protocol import ErrorResponse
 
 _REF = "#/components/schemas/{model}"
 

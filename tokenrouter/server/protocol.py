@@ -18,8 +18,8 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tokenrouter.generation import GenerationResult
-from tokenrouter.runtime.http_stop import MAX_STOP_STRINGS
 from tokenrouter.runtime.messages import INT64_MAX, INT64_MIN, TOKEN_ID_LIMIT
+from tokenrouter.server.stop import MAX_STOP_STRINGS
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tokenrouter.runtime.http_protocol import sse
+from tokenrouter.server.protocol import sse
 
 
 def _payload(event: bytes) -> object:

@@ -1,5 +1,6 @@
-"""The HTTP server's text work (http_text.py, issue #43 item 10): big texts never hold up small ones and give their
-memory back, and the characters-per-token bound that refuses a prompt before tokenizing is certain or absent."""
+"""The HTTP server's text work (tokenrouter/server/text.py, issue #43 item 10): big texts never hold up small
+ones and give their memory back, and the characters-per-token bound that refuses a prompt before tokenizing is
+certain or absent."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 
 from tokenrouter.engine.loader import load_tokenizer
-from tokenrouter.runtime.http_text import BIG_TEXT_CHARS, TextCodec, chars_per_token
+from tokenrouter.server.text import BIG_TEXT_CHARS, TextCodec, chars_per_token
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from tokenrouter.generation import GenerationResult
 
 if TYPE_CHECKING:
-    from tokenrouter.runtime.http_output import Output
+    from tokenrouter.server.output import Output
 
 LATENCY_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOKEN_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 1.0, 2.5)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .http_helpers import ROOT, start_server, stop_cleanly
+from ..runtime.http_helpers import ROOT, start_server, stop_cleanly
 
 PROBLEMS = 12
 ALGORITHM = ["models=tiny", "algorithm=rstitch", "runtime.thresholds=[1,1]"]

@@ -10,9 +10,9 @@ needs `Authorization: Bearer <key>`.
 Why the body is read by hand rather than through FastAPI's pydantic parameters: oversize bodies must be cut
 off while reading (413, before the whole body is buffered), a slow body must time out (408), and every client
 error must come back as OpenAI-style JSON with status 400, not FastAPI's 422 shape. The request models still
-appear in the published OpenAPI document (`/openapi.json`, `/docs`; see http_openapi.py).
+appear in the published OpenAPI document (`/openapi.json`, `/docs`; see openapi.py).
 
-Hostile input stays a 4xx: http_protocol validates strictly, text work runs off the event loop (http_text),
+Hostile input stays a 4xx: protocol.py validates strictly, text work runs off the event loop (text.py),
 and a request whose client leaves is aborted, streamed or not. A server-side failure is a 5xx whose message is
 one line without file paths (`_public`): tracebacks go to the server's stderr, never to clients. A request the
 routing algorithm failed is a 500 `server_error` (never the client's 400); the server goes on, and `/health`
@@ -26,7 +26,7 @@ import hmac
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,10 +41,11 @@ from tokenrouter.api import AlgorithmFailure
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
-from tokenrouter.runtime import http_openapi
-from tokenrouter.runtime.http_metrics import ServerMetrics
-from tokenrouter.runtime.http_output import Output
-from tokenrouter.runtime.http_protocol import (
+from tokenrouter.server import openapi
+from tokenrouter.server.frontend_api import FrontEnd, FrontEndEvent
+from tokenrouter.server.metrics import ServerMetrics
+from tokenrouter.server.output import Output
+from tokenrouter.server.protocol import (
     REQUEST_MODELS,
     ApiError,
     ChatMessage,
@@ -65,7 +66,7 @@ from tokenrouter.runtime.http_protocol import (
     usage_chunk,
     validate,
 )
-from tokenrouter.runtime.http_text import TextCodec
+from tokenrouter.server.text import TextCodec
 
 T = TypeVar("T")
 
@@ -90,7 +91,7 @@ class ServerOptions:
 class HttpServer:
     """The request handling behind the app: validation, tokenization, generation, response shaping."""
 
-    def __init__(self, frontend: Any, tokenizer: Any, options: ServerOptions) -> None:
+    def __init__(self, frontend: FrontEnd, tokenizer: Any, options: ServerOptions) -> None:
         self.frontend = frontend
         self.text = TextCodec(tokenizer)
         self.opts = options
@@ -211,7 +212,8 @@ class HttpServer:
             self.need_tokenizer("'stop'", "stop")
         return stops
 
-    async def submit(self, request: Request, req: GenerationRequest) -> tuple[AsyncIterator[Any], Any]:
+    async def submit(self, request: Request, req: GenerationRequest
+                     ) -> tuple[AsyncIterator[FrontEndEvent], AsyncGenerator[FrontEndEvent, None]]:
         """The request's stream events (and the front end's generator, to close: that aborts the request).
         Waits for the first event, so a rejected request still gets its 4xx status (not an SSE error)."""
         events = self.frontend.stream(req)
@@ -269,7 +271,8 @@ class HttpServer:
         self.metrics.finished(endpoint, 200, result, out)
         return JSONResponse(response_body(rid, self.opts.model_name, chat, text, result, body.return_token_ids))
 
-    async def openai_stream(self, out: Output, chain: AsyncIterator[Any], events: Any, rid: str, chat: bool,
+    async def openai_stream(self, out: Output, chain: AsyncIterator[FrontEndEvent],
+                            events: AsyncGenerator[FrontEndEvent, None], rid: str, chat: bool,
                             body: OpenAISampling, endpoint: str) -> AsyncIterator[bytes]:
         """SSE events: (chat: a role chunk), one chunk per committed-token event (its text held back where it
         may start a stop string), a finish chunk, (usage), [DONE]; a failure is an error event, then
@@ -301,8 +304,8 @@ class HttpServer:
         async for event in self.guarded(body_events(), out, events, endpoint):
             yield event
 
-    async def guarded(self, stream: AsyncIterator[bytes], out: Output, events: Any,
-                      endpoint: str) -> AsyncIterator[bytes]:
+    async def guarded(self, stream: AsyncIterator[bytes], out: Output,
+                      events: AsyncGenerator[FrontEndEvent, None], endpoint: str) -> AsyncIterator[bytes]:
         """`stream`, then [DONE]; a failure mid-stream (or at shutdown) is an error event, then [DONE].
         Leaving early (client gone) closes the front end's stream, which aborts the request there."""
         status = 499  # until the stream completes: the client went away
@@ -353,7 +356,8 @@ class HttpServer:
         self.metrics.finished(request.url.path, 200, result, out)
         return JSONResponse({"text": text, "output_ids": list(result.output_ids), "meta_info": meta})
 
-    async def native_stream(self, out: Output, chain: AsyncIterator[Any], rid: str) -> AsyncIterator[bytes]:
+    async def native_stream(self, out: Output, chain: AsyncIterator[FrontEndEvent], rid: str
+                            ) -> AsyncIterator[bytes]:
         """SGLang's stream: one event per committed-token event with the CUMULATIVE text and output ids and
         `meta_info` (completion_tokens so far, finish_reason null until the last event)."""
         text, ids = "", []
@@ -417,7 +421,7 @@ class HttpServer:
                 "created": 0,
                 "owned_by": "tokenrouter",
                 "members": list(self.frontend.model_names),
-                "eos_token_ids": list(getattr(self.frontend, "eos_token_ids", None) or []),
+                "eos_token_ids": list(self.frontend.eos_token_ids),
             }],
         }
 
@@ -445,7 +449,7 @@ async def _client_gone(request: Request) -> None:
         pass
 
 
-async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+async def _chain(first: FrontEndEvent, rest: AsyncIterator[FrontEndEvent]) -> AsyncIterator[FrontEndEvent]:
     yield first
     if first.result is None:
         async for item in rest:
@@ -486,9 +490,11 @@ def _sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_frontend: bool = True) -> FastAPI:
-    """The FastAPI app. With `manage_frontend`, the app's lifespan starts the front end (its subservers)
-    before serving and closes it on shutdown, so uvicorn's signal handling shuts everything down."""
+def create_app(frontend: FrontEnd, tokenizer: Any, options: ServerOptions, manage_frontend: bool = True
+               ) -> FastAPI:
+    """The FastAPI app over `frontend` (every member of FrontEnd is used; see frontend_api.py). With
+    `manage_frontend`, the app's lifespan starts the front end (its subservers) before serving and closes it on
+    shutdown, so uvicorn's signal handling shuts everything down."""
     server = HttpServer(frontend, tokenizer, options)
 
     @asynccontextmanager
@@ -505,7 +511,7 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
     app = FastAPI(title="TokenRouter", description=DESCRIPTION, lifespan=lifespan, docs_url="/docs",
                   redoc_url=None, openapi_url="/openapi.json")
     app.state.server = server
-    http_openapi.install(app, REQUEST_MODELS)
+    openapi.install(app, REQUEST_MODELS)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -517,28 +523,28 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
         return JSONResponse(ApiError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code,
                             headers=getattr(exc, "headers", None))
 
-    @app.post("/v1/completions", openapi_extra=http_openapi.request_body(CompletionRequest),
-              responses=http_openapi.responses("A text completion (an SSE stream with `stream: true`).", True))
+    @app.post("/v1/completions", openapi_extra=openapi.request_body(CompletionRequest),
+              responses=openapi.responses("A text completion (an SSE stream with `stream: true`).", True))
     async def _completions(request: Request) -> Response:
         return await server.completions(request, chat=False)
 
-    @app.post("/v1/chat/completions", openapi_extra=http_openapi.request_body(ChatRequest),
-              responses=http_openapi.responses("A chat completion (an SSE stream with `stream: true`).", True))
+    @app.post("/v1/chat/completions", openapi_extra=openapi.request_body(ChatRequest),
+              responses=openapi.responses("A chat completion (an SSE stream with `stream: true`).", True))
     async def _chat(request: Request) -> Response:
         return await server.completions(request, chat=True)
 
-    @app.post("/generate", openapi_extra=http_openapi.request_body(GenerateRequest),
-              responses=http_openapi.responses("Output token ids and text, with `meta_info`."))
+    @app.post("/generate", openapi_extra=openapi.request_body(GenerateRequest),
+              responses=openapi.responses("Output token ids and text, with `meta_info`."))
     async def _generate(request: Request) -> Response:
         return await server.native_generate(request)
 
-    @app.post("/tokenize", openapi_extra=http_openapi.request_body(TokenizeRequest),
-              responses=http_openapi.responses("`count`, `max_model_len`, `tokens` (and `token_strs`), as vLLM."))
+    @app.post("/tokenize", openapi_extra=openapi.request_body(TokenizeRequest),
+              responses=openapi.responses("`count`, `max_model_len`, `tokens` (and `token_strs`), as vLLM."))
     async def _tokenize(request: Request) -> dict[str, Any]:
         return await server.tokenize(request)
 
-    @app.post("/detokenize", openapi_extra=http_openapi.request_body(DetokenizeRequest),
-              responses=http_openapi.responses("`prompt`: the decoded text, as vLLM."))
+    @app.post("/detokenize", openapi_extra=openapi.request_body(DetokenizeRequest),
+              responses=openapi.responses("`prompt`: the decoded text, as vLLM."))
     async def _detokenize(request: Request) -> dict[str, Any]:
         return await server.detokenize(request)
 
@@ -555,11 +561,11 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
     async def _health() -> JSONResponse:
         # 503 `unhealthy` when the runtime cannot serve; 200 `degraded` while it serves but the routing algorithm
         # failed requests lately (it still serves the others: a balancer should keep it), naming the counts
-        problem = frontend.health_problem() if hasattr(frontend, "health_problem") else None
+        problem = frontend.health_problem()
         models = list(frontend.model_names)
         if problem is not None:  # load balancers and scripts take the status code, not the body
             return JSONResponse({"status": "unhealthy", "error": _public(problem), "models": models}, status_code=503)
-        trouble = frontend.algorithm_trouble() if hasattr(frontend, "algorithm_trouble") else None
+        trouble = frontend.algorithm_trouble()
         if trouble is not None:
             trouble = {**trouble, "last_error": _public(trouble["last_error"])}
             return JSONResponse({"status": "degraded", "models": models, "algorithm": trouble})
@@ -567,8 +573,7 @@ def create_app(frontend: Any, tokenizer: Any, options: ServerOptions, manage_fro
 
     @app.get("/metrics")
     async def _metrics() -> Response:
-        refresh = getattr(frontend, "refresh_stats", None)  # current counters, not the last piggy-backed ones
-        stats = await refresh(timeout_s=1.0) if refresh is not None else frontend.stats()
+        stats = await frontend.refresh_stats(timeout_s=1.0)  # current counters, not the last piggy-backed ones
         return Response(server.metrics.render(stats), media_type=CONTENT_TYPE_LATEST)
 
     return app

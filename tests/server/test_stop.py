@@ -1,10 +1,10 @@
-"""Stop-string matching on text that arrives in pieces (tokenrouter/runtime/http_stop.py)."""
+"""Stop-string matching on text that arrives in pieces (tokenrouter/server/stop.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tokenrouter.runtime.http_stop import StopMatcher
+from tokenrouter.server.stop import StopMatcher
 
 
 def _run(stops: tuple[str, ...], pieces: list[str]) -> tuple[list[str], bool]:

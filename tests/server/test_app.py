@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from .http_helpers import ROOT, SIM, Server, sse_events, start_server, stop_cleanly
+from ..runtime.http_helpers import ROOT, SIM, Server, sse_events, start_server, stop_cleanly
 
 
 @pytest.fixture(scope="module")

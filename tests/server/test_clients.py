@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from .http_helpers import SIM, Server, sse_events, start_server, stop_cleanly
+from ..runtime.http_helpers import SIM, Server, sse_events, start_server, stop_cleanly
 
 KEY = "sk-test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

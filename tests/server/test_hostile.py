@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .http_helpers import SIM, Server, sse_events, start_server, stop_cleanly
+from ..runtime.http_helpers import SIM, Server, sse_events, start_server, stop_cleanly
 
 TIMEOUTS = ["server.header_timeout_s=1", "server.body_timeout_s=1"]
 MAX_CONNECTIONS = 8

@@ -17,11 +17,11 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from tokenrouter.generation import GenerationRequest, GenerationResult
-from tokenrouter.runtime.http_stop import StopMatcher
-from tokenrouter.runtime.http_text import IncrementalDetokenizer, TextCodec
+from tokenrouter.server.frontend_api import FrontEndEvent
+from tokenrouter.server.stop import StopMatcher
+from tokenrouter.server.text import IncrementalDetokenizer, TextCodec
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Output:
     _models: list[str] = field(default_factory=list)  # the model of each run of tokens, for hand-offs
     _per_model: Counter[str] = field(default_factory=Counter)
 
-    async def pieces(self, events: AsyncIterator[Any]) -> AsyncIterator[Piece]:
+    async def pieces(self, events: AsyncIterator[FrontEndEvent]) -> AsyncIterator[Piece]:
         detok = IncrementalDetokenizer(self.codec)
         matcher = StopMatcher(self.stops)
         async for ev in events:
@@ -66,7 +66,8 @@ class Output:
                 yield Piece(text, [], len(self._ids))
                 return
 
-    def _take(self, ev: Any, detok: IncrementalDetokenizer, matcher: StopMatcher) -> tuple[list[int], str]:
+    def _take(self, ev: FrontEndEvent, detok: IncrementalDetokenizer, matcher: StopMatcher
+              ) -> tuple[list[int], str]:
         """The event's tokens up to a stop-string match (token by token when there are stop strings)."""
         steps = [[t] for t in ev.token_ids] if self.stops else [list(ev.token_ids)]
         ids: list[int] = []
