@@ -81,6 +81,21 @@ def test_start_problems_are_pure_functions_of_the_config() -> None:
     assert not any("shards" in p for p in start_problems(here=False, cfg=cfg("lockstep", "r2r", "sglang", 1)))
 
 
+def test_a_cpu_pairs_router_not_on_this_machine_gets_a_stand_in(tmp_path: Path) -> None:
+    # sglang_baselines runs the local (CPU) pair with the router a user trained: the rehearsal stands one in
+    from tokenrouter.cli.rehearse import stand_in_overrides
+
+    members = [{"name": "small", "source": "tiny:small", "device": "cpu"},
+               {"name": "large", "source": "tiny:large", "device": "cpu"}]
+    cfg = OmegaConf.create({"system": {"name": "tokenrouter"}, "algorithm": {"name": "r2r", "router": "runs/gone"},
+                            "models": {"name": "tiny", "members": members}, "workload": {"name": "arith"}})
+    overrides = stand_in_overrides(cfg, tmp_path, requests=2, tokens=8)
+    assert f"algorithm.router={tmp_path / 'router.pt'}" in overrides
+    assert not any(o.startswith("++models.members") for o in overrides)  # the CPU members run as they are
+    cfg.algorithm.router = str(tmp_path / "router.pt")  # on disk now: used as it is
+    assert not any(o.startswith("algorithm.router") for o in stand_in_overrides(cfg, tmp_path, 2, 8))
+
+
 def test_stand_in_models_keep_the_architecture() -> None:
     from transformers import AutoConfig
 
@@ -129,7 +144,8 @@ ENGINE_FIXED = {"systems_sim", "threshold_validation", "tp_sweep_cpu", "sglang_b
 # what a user adds to these experiments' commands (a router trained on the cluster: not on this machine, so
 # the rehearsal stands one in)
 ADDED = {"pareto_amc23_citer": ["algorithm.router=routers/citer.safetensors"],
-         "pareto_amc23_co_llm": ["algorithm.router=routers/co_llm.safetensors"]}
+         "pareto_amc23_co_llm": ["algorithm.router=routers/co_llm.safetensors"],
+         "sglang_baselines": ["++models.routers.r2r=runs/router-tiny"]}  # as its config's comment says
 
 
 @pytest.mark.rehearsal

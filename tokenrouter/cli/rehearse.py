@@ -92,34 +92,38 @@ def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[
 
     overrides = []
     specs = model_specs(cfg.models)
+    entry: Path | None = None  # the entry (small) model's stand-in, where it has one
     for i, spec in enumerate(specs):
         if not spec.device.startswith("cuda"):
             continue  # a CPU member runs as it is
         source = stand_in_path(model_type(spec.source), spec.tp, seed=i)
+        entry = source if i == 0 else entry
         member = f"models.members.{i}"
         overrides += [f"++{member}.source={source}", f"++{member}.device=cpu", f"++{member}.dtype=float32",
                       f"++{member}.mem_fraction=null", f"++{member}.threads=1", f"++{member}.kv_tokens=8192"]
         if cfg.system.name == "official_r2r":
             overrides.append(f"++{member}.tp=1")  # the official server on CPU runs each model in one process
-        if i == 0:
-            router = _stand_in_router(cfg, source, out)
-            if router is not None:
-                key = "system.router" if cfg.system.name == "official_r2r" else "algorithm.router"
-                overrides.append(f"{key}={router}")
+    router = _stand_in_router(cfg, entry or specs[0].source, out)
+    if router is not None:
+        key = "system.router" if cfg.system.name == "official_r2r" else "algorithm.router"
+        overrides.append(f"{key}={router}")
     if needs_stand_in(cfg.workload):
         overrides.append(f"++workload.path={write_stand_in_rows(cfg.workload, requests, out / 'rows.jsonl')}")
     return [*overrides, f"++workload.limit={requests}", f"++workload.max_new_tokens={tokens}",
             "runtime.startup_timeout_s=300"]
 
 
-def _stand_in_router(cfg: Any, small: Path, out: Path) -> Path | None:
-    """A random router of the job's kind for the stand-in small model, where the job names a router that is not
-    on this machine (a Hub reference, a cluster path): R2R's in the official layout, others in ours."""
+def _stand_in_router(cfg: Any, small: Path | str, out: Path) -> Path | None:
+    """A random router of the job's kind for the small model (its stand-in, or the CPU member's own `source`),
+    where the job names a router that is not on this machine (a Hub reference, a cluster path): R2R's in the
+    official layout, others in ours."""
     from tokenrouter.evals.preconditions import OWN_ROUTING, ROUTED_BY_A_NETWORK
 
     ref, kind, system = cfg.algorithm.get("router"), str(cfg.algorithm.name), cfg.system.name
     if system == "official_r2r":  # its server reads the router itself: always a stand-in beside the stand-in pair
         ref, kind = cfg.system.get("router") or ref or "official", "r2r"
+        if isinstance(small, str) and Path(str(ref)).expanduser().exists():
+            return None  # a CPU pair with its router on disk runs as it is
     elif kind not in ROUTED_BY_A_NETWORK or not ref or Path(str(ref)).expanduser().exists() or system in OWN_ROUTING:
         return None
     import json
@@ -128,7 +132,9 @@ def _stand_in_router(cfg: Any, small: Path, out: Path) -> Path | None:
 
     from tokenrouter.algorithms.checkpoints import save_official, save_router
     from tokenrouter.algorithms.routers import build_router
+    from tokenrouter.engine.loader import resolve_source
 
+    small = Path(resolve_source(str(small)).location)
     config = json.loads((small / "config.json").read_text())
     hidden = config["hidden_size"]
     torch.manual_seed(0)
