@@ -134,67 +134,6 @@ def http_page() -> str:
     return "".join(parts)
 
 
-SUMMARY = {
-    "schema_version": "2: the summary carries its config record (tokenrouter/evals/run_record.py)",
-    "config": "the resolved config that produced these figures (the record every label is read from)",
-    "config_hash": "sha256 of the config's identity keys (all but `resume`, `objective`): what resume compares",
-    "experiment": "`experiment_name` of the experiment config, if any", "system": "the serving system",
-    "model_set": "the `models` set's name", "model_names": "the set's model names, entry model first",
-    "tp": "tensor-parallel size per member, e.g. `1/2`", "algorithm": "the algorithm config as run",
-    "workload": "the workload's name", "arrival": "closed_loop / all_at_once / poisson",
-    "request_rate": "poisson: requests per second", "concurrency": "closed-loop clients N (open loop: requests)",
-    "seed": "the run seed (routing and sampling seeds derive from it per request)",
-    "delayed_batching": "runtime.delayed_batching", "thresholds_spec": "runtime.thresholds as configured",
-    "thresholds": "the thresholds B_i(N) used at the run's N (null: the system has none, e.g. lock-step)",
-    "num_requests": "requests run", "errors": "requests that failed (recorded in requests.jsonl)",
-    "elapsed_s": "wall time of the measured part", "output_tokens": "output tokens of all requests",
-    "prompt_tokens": "prompt tokens of all requests",
-    "throughput_tok_s": "output tokens / elapsed (the paper's decoding throughput)",
-    "steady_throughput_tok_s": "closed loop: the same from first to last arrival (no drain tail; what the model predicts)",
-    "per_request_throughput_tok_s": "mean over requests of output tokens / latency (the Pareto study's axis)",
-    "predicted_throughput_tok_s": "the throughput model's prediction (sim engines, fixed-rate algorithms), else null",
-    "mean_in_flight": "mean requests in flight", "mean_output_tokens": "mean output length",
-    "mean_latency_s": "mean end-to-end latency", "p50_latency_s": "median latency", "p99_latency_s": "p99 latency",
-    "mean_ttft_s": "mean time to first token", "p99_ttft_s": "p99 time to first token",
-    "tokens_per_model": "output tokens each model committed", "token_share": "each model's share of them",
-    "large_token_share": "the set's last (strong) model's share",
-    "handoffs_per_request": "mean hand-offs per request", "router_calls_per_request": "mean route() calls per request",
-    "finish_reasons": "count per finish reason", "warmup_requests": "untimed requests run first",
-    "stats": "the system's own counters (per model: steps, batch sizes, waits, hand-offs; stats.py)",
-    "model_validity": "the throughput model's assumptions checked on the run's routing traces (perfmodel/validity.py)",
-    "provenance": "date, git commit and dirty flag, package versions, devices, host, the command typed",
-    "sweeper": "the Hydra sweeper that made the run (basic: a grid), null for a single run",
-    "trace": "runtime.trace: the trace's figures (below; `tokenrouter trace summarize` prints them)",
-    "machine": "the machine's state while the run was measured (below): whether its timings can be compared",
-}
-MACHINE = {
-    "cores": "CPUs this process may run on",
-    "load_before": "1-minute load average as the measured part started (it counts this run's own processes, "
-                   "and in a sweep the previous run's)",
-    "load_after": "the same as it ended",
-    "others_cpu_share": "share of the machine's CPU time used by processes other than this run's while it was "
-                        "measured (Linux /proc; null elsewhere)",
-    "steal_share": "share of the CPU time the hypervisor gave to other guests (null where the kernel does not say)",
-    "step_ms": "per model: `measured` (mean engine step, ms), `mean_batch`, `expected` (the step time at that batch "
-               "from the model's start-up profile, its latency_profile file, its sim step times or the committed "
-               "reference), `source`, `ratio` (measured / expected)",
-}
-TRACE = {
-    "window_s": "the run's first event to its last (the same window for every model)",
-    "requests": "requests in the trace", "handoffs": "hand-offs over all requests",
-    "flows": "hand-offs drawn as flow events (systems whose batches name their requests)",
-    "batches": "batches in the trace", "capped": "models that reached runtime.trace_max_batches",
-}
-TRACE_MODEL = {
-    "batches": "batches this model stepped", "busy_fraction": "its batches' time / the window",
-    "busy_s": "its batches' time", "idle_gaps": "gaps between its consecutive batches",
-    "idle_gap_p50_ms": "their median", "idle_gap_p99_ms": "their p99", "idle_s": "their sum",
-    "mean_batch_size": "requests per batch", "forced_by_max_wait": "batches launched below the threshold by max-wait",
-    "wait_busy_s": "time requests were ready on it while it stepped another batch",
-    "wait_idle_s": "time requests were ready on it while it was idle (a threshold; lock-step: the other model)",
-    "wait_per_request_step_ms": "both waits per request-step",
-}
-SERVING = "SGLang bench_serving's / `vllm bench serve`'s name and unit for the same figure"
 REQUEST = {
     "index": "the request's position in the workload", "prompt_ids": "prompt token ids", "output_ids": "output ids",
     "finish_reason": "stop / length / error", "tokens_per_model": "output tokens per model",
@@ -208,31 +147,90 @@ REQUEST = {
 }
 
 
+def _struct_paths() -> dict[type, str]:
+    """Each Struct nested in the run record -> where it sits in summary.json (`machine.step_ms.<model>`)."""
+    from msgspec import inspect as mi
+
+    from tokenrouter.evals.run_record import RunRecord
+
+    paths: dict[type, str] = {}
+
+    def walk(t: Any, path: str) -> None:
+        while isinstance(t, mi.Metadata):
+            t = t.type
+        if isinstance(t, mi.StructType):
+            if t.cls not in paths:
+                paths[t.cls] = path
+                for f in t.fields:
+                    walk(f.type, f"{path}.{f.name}" if path else f.name)
+        elif isinstance(t, mi.UnionType):
+            for m in t.types:
+                walk(m, path)
+        elif isinstance(t, mi.ListType):
+            walk(t.item_type, f"{path}[i]")
+        elif isinstance(t, mi.DictType):
+            walk(t.value_type, f"{path}.<{'model' if path.endswith(('step_ms', 'models')) else 'key'}>")
+
+    walk(mi.type_info(RunRecord), "")
+    return {cls: path for cls, path in paths.items() if cls is not RunRecord}
+
+
+def _record_table(struct: type) -> str:
+    """A record Struct's fields as a table: key, type, default and meaning (with when it is written)."""
+    from tokenrouter.evals.run_record import EXTRAS, MEASURED_SUFFIXES, RunRecord, field_docs
+
+    rows = ["| key | type | default | meaning |\n| --- | --- | --- | --- |\n"]
+    for f in field_docs(struct):
+        key, kind, default = f"`{f.name}`", f.type, f.default
+        if struct is RunRecord and f.name == EXTRAS:  # not a key of the file: the keys it stands for
+            suffixes = ", ".join(f"`*{s}`" for s in MEASURED_SUFFIXES)
+            key, kind, default = "any other key", f"any value ({suffixes}: a number >= 0 or null)", "absent"
+        meaning = f.meaning + (f"; written only with {f.when}" if f.when else "")
+        cells = [cell.replace("|", "/") for cell in (key, kind, default, meaning)]  # a bar would end the cell
+        rows.append("| " + " | ".join(cells) + " |\n")
+    return "".join(rows)
+
+
 def results_page() -> str:
-    """summary.json and requests.jsonl of a real run (sim pair, TokenRouter), every key described."""
+    """summary.json from its definition (tokenrouter/evals/run_record.py RunRecord), every field with its type,
+    default and meaning; requests.jsonl's keys as a real run (sim pair, TokenRouter) writes them."""
+    import inspect as pyinspect
     import json
     import subprocess
     import tempfile
 
+    from tokenrouter.evals.machine import OTHERS_SHARE, STEAL_SHARE, STEP_RATIO
+    from tokenrouter.evals.run_record import REQUIRED, RunRecord
+
     with tempfile.TemporaryDirectory() as run:
         subprocess.run([sys.executable, "-m", "tokenrouter", "bench", "models=sim-r2r", "system=tokenrouter",
-                        "workload.num_requests=2", "workload.output_tokens=4", "runtime.trace=true",
-                        f"hydra.run.dir={run}"],
+                        "workload.num_requests=2", "workload.output_tokens=4", f"hydra.run.dir={run}"],
                        check=True, capture_output=True, timeout=300)
-        summary = json.loads((Path(run) / "summary.json").read_text())
         request = json.loads((Path(run) / "requests.jsonl").read_text().splitlines()[0])
-    parts = [HEADER, "# Results reference: summary.json and requests.jsonl\n\nThe keys of a run dir's files, "
-             "as a TokenRouter run on the sim pair writes them (graded workloads add `accuracy` and its 95% "
-             "interval, SLOs add `request_goodput` and `slo_attainment`, and text models add `text` per "
-             "request).\n\n## summary.json\n\n| key | what |\n| --- | --- |\n"]
-    from tokenrouter.evals.metrics import serving_metrics
-
-    serving = set(serving_metrics([], 1.0, {}))  # the keys under bench_serving's names
-    unknown = sorted(set(summary) - set(SUMMARY) - serving)
-    if unknown:
-        raise SystemExit(f"docs/gen_reference.py: describe the new summary.json key(s) {unknown} in SUMMARY")
-    for key in sorted(summary):
-        parts.append(f"| `{key}` | {SUMMARY[key] if key in SUMMARY else SERVING} |\n")
+    required = ", ".join(f"`{k}`" for k in REQUIRED)
+    parts = [HEADER, "# Results reference: summary.json and requests.jsonl\n\nThe keys of a run dir's files.\n\n"
+             "## summary.json\n\n", pyinspect.getdoc(RunRecord).split("\n")[0], " Its one definition is `RunRecord` "
+             "in `tokenrouter/evals/run_record.py`: the runner builds one and writes it, the results' validation "
+             "converts every summary it reads into it, and this page prints it. One JSON object, keys in this "
+             f"order. Only {required} are required; any other key may be absent (a summary of an older version, "
+             "or a run where the condition in its meaning does not hold), but a key that is present must have its "
+             "type and range (numbers finite): a summary that does not is reported, with one warning line, and "
+             "skipped by reports, and run again by a sweep.\n\n", _record_table(RunRecord)]
+    for struct, path in _struct_paths().items():
+        parts.append(f"\n## summary.json `{path}`\n\n`{struct.__name__}`: {pyinspect.getdoc(struct)}\n\n")
+        if path == "machine":
+            parts.append("Reports and the demo call a comparison *contended*, and say so beside its ratio, when "
+                         f"other processes used more than {OTHERS_SHARE:.0%} of the CPU time (where that is known; "
+                         f"elsewhere a load average above the cores), the hypervisor took more than "
+                         f"{STEAL_SHARE:.0%}, or the slowest model's steps took more than {STEP_RATIO:g}x the "
+                         "expected time (`tokenrouter/evals/machine.py`).\n\n")
+        if path == "trace":
+            parts.append("With runtime.trace=true the run dir also holds `trace.json` (Chrome Trace Event format: "
+                         "open it in Perfetto, ui.perfetto.dev, or chrome://tracing; a track per model, a slice "
+                         "per batch with its figures as args, hand-offs as flows, an async slice per request) and "
+                         "`samples.json` (a few responses token by token, with the model that produced each "
+                         "token).\n\n")
+        parts.append(_record_table(struct))
     parts.append("\n## requests.jsonl (one line per finished request, written as it finishes)\n\n"
                  "| key | what |\n| --- | --- |\n")
     unknown = sorted(set(request) - set(REQUEST))
@@ -240,29 +238,6 @@ def results_page() -> str:
         raise SystemExit(f"docs/gen_reference.py: describe the new requests.jsonl key(s) {unknown} in REQUEST")
     for key in {**request, "text": None}:
         parts.append(f"| `{key}` | {REQUEST[key]} |\n")
-    unknown = sorted(set(summary["machine"]) - set(MACHINE))
-    if unknown:
-        raise SystemExit(f"docs/gen_reference.py: describe the new machine figure(s) {unknown} in MACHINE")
-    from tokenrouter.evals.machine import OTHERS_SHARE, STEAL_SHARE, STEP_RATIO
-
-    parts.append("\n## summary.json `machine`\n\nReports and the demo call a comparison *contended*, and say "
-                 f"so beside its ratio, when other processes used more than {OTHERS_SHARE:.0%} of the CPU time "
-                 f"(where that is known; elsewhere a load average above the cores), the hypervisor took more than "
-                 f"{STEAL_SHARE:.0%}, or the slowest model's steps took more than {STEP_RATIO:g}x the expected time "
-                 "(`tokenrouter/evals/machine.py`).\n\n| key | what |\n| --- | --- |\n")
-    parts += [f"| `{key}` | {MACHINE[key]} |\n" for key in summary["machine"]]
-    trace, per_model = summary["trace"], next(iter(summary["trace"]["models"].values()))
-    unknown = sorted((set(trace) - set(TRACE) - {"models"}) | (set(per_model) - set(TRACE_MODEL)))
-    if unknown:
-        raise SystemExit(f"docs/gen_reference.py: describe the new trace figure(s) {unknown} in TRACE / TRACE_MODEL")
-    parts.append("\n## With runtime.trace=true\n\nThe run dir also holds `trace.json` (Chrome Trace Event format: "
-                 "open it in Perfetto, ui.perfetto.dev, or chrome://tracing; a track per model, a slice per "
-                 "batch with its figures as args, hand-offs as flows, an async slice per request) and "
-                 "`samples.json` (a few responses token by token, with the model that produced each token). "
-                 "summary.json `trace` holds:\n\n| key | what |\n| --- | --- |\n")
-    parts += [f"| `{key}` | {TRACE[key]} |\n" for key in trace if key != "models"]
-    parts.append("\nand per model, `trace.models.<name>`:\n\n| key | what |\n| --- | --- |\n")
-    parts += [f"| `{key}` | {TRACE_MODEL[key]} |\n" for key in per_model]
     return "".join(parts)
 
 

@@ -14,7 +14,7 @@ from tokenrouter.cli.hydra_config import compose
 from tokenrouter.config import model_specs
 from tokenrouter.errors import UserError
 from tokenrouter.evals import demo_summary as ds
-from tokenrouter.evals.run_record import write_summary
+from tokenrouter.evals.run_record import build, write_summary
 from tokenrouter.evals.store import load_results
 
 
@@ -89,9 +89,10 @@ def _run(root: Path, name: str, system: dict, algorithm: dict, **summary: float)
            "concurrency": 8, "runtime": {"thresholds": "auto"}}
     (run / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(cfg)))
     acc = summary["accuracy"]
-    full = {"num_requests": 40, "num_graded": 40, "accuracy_ci95_low": acc - 0.1, "accuracy_ci95_high": acc + 0.1,
+    full = {"num_requests": 40, "num_graded": 40, "accuracy_ci95_low": max(0.0, acc - 0.1),
+            "accuracy_ci95_high": min(1.0, acc + 0.1),
             "mean_latency_s": 1.0, "handoffs_per_request": 1.0, **summary}
-    write_summary(run, {"model_names": ["small", "large"], "throughput_tok_s": None, **full}, cfg)
+    write_summary(run, build({"model_names": ["small", "large"], "throughput_tok_s": None, **full}, cfg))
 
 
 @pytest.fixture

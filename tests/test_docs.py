@@ -153,6 +153,12 @@ def test_reference_pages_are_generated_from_the_code() -> None:
     empty = [ln for ln in config.splitlines() if ln.startswith("| `") and ln.rstrip().endswith("|  |")]
     assert not empty, f"config keys without a meaning: {empty}"  # a field needs a comment beside or above it
     assert "\\|" not in config and "### `algorithm=r2r`" in config and "### `workload=amc23`" in config
+    # summary.json's fields, from RunRecord (tokenrouter/evals/run_record.py): each with a type and a meaning
+    results = (ROOT / "docs" / "reference" / "results.md").read_text()
+    rows = [ln for ln in results.splitlines() if ln.startswith("| `")]
+    empty = [ln for ln in rows if any(not cell.strip() for cell in ln.strip().strip("|").split(" | "))]
+    assert not empty, f"summary.json fields without a meaning (Annotated[..., doc('...')]): {empty}"
+    assert "| `machine` | a Machine record |" in results and "## summary.json `machine`" in results
 
 
 def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ from hydra.core.global_hydra import GlobalHydra
 from tokenrouter.cli import main
 from tokenrouter.cli.bench import hydra_app, launch, output_dir
 from tokenrouter.cli.hydra_config import compose, conf_dir
-from tokenrouter.evals.run_record import write_summary
+from tokenrouter.evals.run_record import build, write_summary
 
 EXPERIMENTS = sorted(p.stem for p in (conf_dir() / "experiment").glob("*.yaml"))
 # one sweep of each shape runs by default (~5 s each); the others differ from one of these only in config groups
@@ -50,7 +50,7 @@ def _dry_run(cfg: Any) -> dict:
     out = Path(HydraConfig.get().runtime.output_dir)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
     summary = {"num_requests": 0, "throughput_tok_s": None, "model_names": [], "experiment": cfg.get("experiment_name")}
-    return write_summary(out, summary, OmegaConf.to_container(cfg, resolve=True))
+    return write_summary(out, build(summary, OmegaConf.to_container(cfg, resolve=True)))
 
 
 @pytest.mark.parametrize("name", SWEEPS)

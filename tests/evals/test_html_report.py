@@ -63,7 +63,7 @@ def test_untraced_runs_get_a_note_instead_of_a_timeline(study: Path, tmp_path: P
 
 def _run(root: Path, name: str, summary: dict, **cfg: object) -> None:
     """A run dir as bench leaves it (the summary with its config record)."""
-    from tokenrouter.evals.run_record import write_summary
+    from tokenrouter.evals.run_record import build, write_summary
 
     config = {"system": {"name": "tokenrouter"}, "algorithm": {"name": "r2r", "threshold": 0.5},
               "models": {"name": "qwen3-0.6b-8b", "members": [{"name": "small", "source": "Qwen/Qwen3-0.6B"},
@@ -77,7 +77,7 @@ def _run(root: Path, name: str, summary: dict, **cfg: object) -> None:
             target = target.setdefault(part, {})
         target[[node, *path][-1]] = value
     (root / name).mkdir(parents=True)
-    write_summary(root / name, {"model_names": ["small", "large"], "num_requests": 8, **summary}, config)
+    write_summary(root / name, build({"model_names": ["small", "large"], "num_requests": 8, **summary}, config))
 
 
 def test_the_page_opens_with_the_answer(tmp_path: Path) -> None:

@@ -151,8 +151,9 @@ def _summaries(root: Path, ratios: list[tuple[float, float]], busy: dict) -> Non
                    "runtime": {"thresholds": [1, 1]}}
             run = root / f"{system}-{seed}"
             run.mkdir(parents=True)
-            run_record.write_summary(run, {"model_names": ["small", "large"], "num_requests": 8,
-                                           "throughput_tok_s": tput, "accuracy": 0.75, "machine": busy}, cfg)
+            run_record.write_summary(run, run_record.build({"model_names": ["small", "large"], "num_requests": 8,
+                                                            "throughput_tok_s": tput, "accuracy": 0.75,
+                                                            "machine": busy}, cfg))
 
 
 def test_the_demo_and_the_report_say_a_comparison_was_contended(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from tokenrouter.errors import UserError
 from tokenrouter.evals import paper
 from tokenrouter.evals.plots import pareto_frontier
 from tokenrouter.evals.report import write_reports
-from tokenrouter.evals.run_record import write_summary
+from tokenrouter.evals.run_record import build, write_summary
 from tokenrouter.evals.store import find_run_dirs, load_requests, load_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,8 +51,8 @@ def make_run(root: Path, name: str, *, hydra: bool = True, summary: dict, **cfg:
     }
     OmegaConf.save(OmegaConf.create(config), run / (".hydra/config.yaml" if hydra else "config.yaml"))
     resolved = OmegaConf.to_container(OmegaConf.create(config), resolve=True)
-    write_summary(run, {"model_names": ["small", "large"], "num_requests": 1, "throughput_tok_s": None, **summary},
-                  resolved)
+    write_summary(run, build({"model_names": ["small", "large"], "num_requests": 1, "throughput_tok_s": None,
+                              **summary}, resolved))
     (run / "requests.jsonl").write_text(
         json.dumps({"index": 0, "output_ids": [1, 2], "latency_s": 0.5}) + "\n"
     )

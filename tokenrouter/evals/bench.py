@@ -82,11 +82,11 @@ def request_seed(seed: int, index: int) -> int:
     return seed * 1_000_003 + index
 
 
-def prepare(cfg: Any, entry: ModelSpec) -> tuple[str, Prepared]:
-    """Load the workload and encode its prompts with `entry`'s tokenizer (none for weightless sim models)."""
+def prepare(cfg: Any, entry: ModelSpec, seed: int) -> tuple[str, Prepared]:
+    """Load the workload and encode its prompts with `entry`'s tokenizer (none for weightless sim models);
+    `seed` is the run's (synthetic prompts, option order, per-request seeds)."""
     from tokenrouter.evals.workloads import encode_problem, load_workload
 
-    seed = seed_value(cfg.get("seed", 0))
     workload = load_workload(cfg.workload, seed=seed)
     tokenizer = None
     if entry.engine != "sim":
@@ -234,32 +234,70 @@ async def warm_up(system: ServingSystem, prep: Prepared, count: int, clients: in
     system.reset_stats()
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """The top-level config values of a run, parsed and checked once, before anything is built."""
+
+    arrival: str
+    concurrency: int
+    seed: int
+    request_rate: float | None  # poisson only
+    slo: dict[str, float]
+    warmup: int
+
+    @classmethod
+    def of(cls, cfg: Any) -> RunPlan:
+        arrival = str(cfg.get("arrival", "closed_loop"))
+        if arrival not in ARRIVALS:
+            raise UserError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
+        return cls(arrival=arrival, concurrency=int_at_least(cfg.get("concurrency", 1), "concurrency", 1),
+                   seed=seed_value(cfg.get("seed", 0)),
+                   request_rate=request_rate(cfg) if arrival == "poisson" else None, slo=slo_config(cfg),
+                   warmup=int_at_least(cfg.get("warmup_requests", 0), "warmup_requests", 0))
+
+    def clients(self, requests: int) -> int:
+        """Requests in flight at most: N closed-loop clients, else every request (open loop)."""
+        return self.concurrency if self.arrival == "closed_loop" else requests
+
+
+@dataclass
+class Measured:
+    """What the measured part of a run produced, by workload index."""
+
+    results: list[GenerationResult]
+    rows: list[dict[str, Any]]  # their requests.jsonl lines
+    elapsed: float
+    stats: dict[str, Any]  # the system's counters after the run
+    extra: dict[str, Any]  # its summary_extra
+    before: machine.Snapshot
+    after: machine.Snapshot
+
+
 async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, Any]:
     """Build the workload and the system, run every request, write requests.jsonl and summary.json (with
-    `config`, the resolved config as plain data, as its record)."""
-    from tokenrouter.evals.metrics import serving_metrics, steady_throughput, summarize
-
-    arrival = str(cfg.get("arrival", "closed_loop"))
-    if arrival not in ARRIVALS:
-        raise UserError(f"arrival must be one of {ARRIVALS}, got {arrival!r}")
-    concurrency = int_at_least(cfg.get("concurrency", 1), "concurrency", 1)
-    seed = seed_value(cfg.get("seed", 0))
-    rate = request_rate(cfg) if arrival == "poisson" else None
-    slo = slo_config(cfg)
-    warmup = int_at_least(cfg.get("warmup_requests", 0), "warmup_requests", 0)
+    `config`, the resolved config as plain data, as its record); returns what summary.json holds."""
+    plan = RunPlan.of(cfg)
     specs = {m.name: m for m in model_specs(cfg.models)}
     problems = start_problems(cfg)
     if problems:
         raise UserError(problems[0])
     system = build_system(cfg)
-    workload_name, prep = prepare(cfg, specs[system.model_names[0]])
-    clients = concurrency if arrival == "closed_loop" else len(prep.requests)
-    arrivals = poisson_arrivals(len(prep.requests), rate, seed) if rate else None
+    workload_name, prep = prepare(cfg, specs[system.model_names[0]], plan.seed)
+    clients = plan.clients(len(prep.requests))
     system.calibrate(prep.requests, prep.texts)
+    run = await measure(cfg, system, prep, plan, clients, out)
+    fields = summary_fields(cfg, plan, system, list(specs.values()), workload_name, prep, run, clients, out)
+    return run_record.write_summary(out, run_record.build(fields, config))
 
+
+async def measure(cfg: Any, system: ServingSystem, prep: Prepared, plan: RunPlan, clients: int,
+                  out: Path) -> Measured:
+    """Start the system, warm it up, run every request (each written to requests.jsonl as it finishes) and
+    close it; RunFailed when it crashed or every request failed."""
+    arrivals = poisson_arrivals(len(prep.requests), plan.request_rate, plan.seed) if plan.request_rate else None
     position = {r.index: i for i, r in enumerate(prep.requests)}
     rows: list[dict[str, Any]] = []
-    with ResultLog(out / REQUESTS_FILE) as requests_log, _progress(len(prep.requests), cfg) as bar:
+    with ResultLog(out / REQUESTS_FILE) as requests_log, _progress(len(prep.requests), cfg, plan) as bar:
 
         def on_result(result: GenerationResult) -> None:
             rows.append(result_row(result, prep, position))
@@ -273,7 +311,7 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
                 raise
             except Exception as exc:  # noqa: BLE001 - a system that cannot start is a failed run, not a bug here
                 raise RunFailed(f"system {cfg.system.name} failed to start: {type(exc).__name__}: {exc}") from exc
-            await warm_up(system, prep, warmup, clients, cfg.system.name)
+            await warm_up(system, prep, plan.warmup, clients, cfg.system.name)
             trace = system.trace_log()
             if trace is not None:
                 trace.start_window(time.perf_counter())  # the warm-up is not part of the trace
@@ -296,39 +334,54 @@ async def run_system(cfg: Any, out: Path, config: dict[str, Any]) -> dict[str, A
                         f"requests recorded in {out / REQUESTS_FILE})")
     if results and all(r.finish_reason == "error" for r in results):
         raise RunFailed(f"every request failed, e.g. {results[0].error} (see {out / REQUESTS_FILE})")
-
     order = sorted(range(len(results)), key=lambda k: results[k].index)
-    results = [results[k] for k in order]
-    graded = [rows[k]["correct"] for k in order]
-    correct = graded if graded and all(c is not None for c in graded) else None
-    summary = summarize(results, elapsed, system.model_names, correct)
-    summary["steady_throughput_tok_s"] = steady_throughput(results, clients) if arrival == "closed_loop" else None
-    # the share of the model SET's last (strong) model, also when the system serves part of the set (single)
-    total = sum(summary["tokens_per_model"].values())
-    summary["large_token_share"] = summary["tokens_per_model"].get(list(specs)[-1], 0) / total if total else None
-    summary.update(serving_metrics(results, elapsed, slo))
-    summary.update(run_info(cfg, system, workload_name, clients), warmup_requests=warmup, stats=stats, **extra)
-    note = infeasible_note(summary["thresholds_spec"], summary["thresholds"], clients)
-    if note is not None:
-        log.warning("%s", note)
-    summary["predicted_throughput_tok_s"] = predicted_throughput(cfg, system, clients)
+    return Measured([results[k] for k in order], [rows[k] for k in order], elapsed, stats, extra, before, after)
+
+
+def summary_fields(cfg: Any, plan: RunPlan, system: ServingSystem, specs: list[ModelSpec], workload: str,
+                   prep: Prepared, run: Measured, clients: int, out: Path) -> dict[str, Any]:
+    """summary.json's keys of a measured run, but its config record: figures, labels, what the system adds,
+    the model's prediction and checks, the machine's state, provenance (and with runtime.trace, trace.json
+    written and its figures). Logs infeasible thresholds and contended timings."""
+    from tokenrouter.evals.metrics import serving_metrics, steady_throughput, summarize
     from tokenrouter.perfmodel.validity import model_validity
 
-    # geometric run lengths and stationary rates per model, from `model_runs` (None when the rows have none)
-    summary["model_validity"] = model_validity(rows, system.model_names)
-    summary["machine"] = machine.record(before, after, machine.step_times(stats, list(specs.values()),
-                                                                         cfg.models.get("name")))
-    reasons = machine.worst([machine.contention(summary["machine"])])
+    graded = [row["correct"] for row in run.rows]
+    correct = graded if graded and all(c is not None for c in graded) else None
+    figures = summarize(run.results, run.elapsed, system.model_names, correct)
+    tokens = figures["tokens_per_model"]
+    total = sum(tokens.values())
+    labels = run_info(cfg, plan, system, workload, clients)
+    note = infeasible_note(labels["thresholds_spec"], labels["thresholds"], clients)
+    if note is not None:
+        log.warning("%s", note)
+    state = machine.record(run.before, run.after, machine.step_times(run.stats, specs, cfg.models.get("name")))
+    reasons = machine.worst([machine.contention(state)])
     if reasons:
         log.warning("timings of this run are contended: %s", "; ".join(reasons))
-    summary["provenance"] = provenance([str(m.get("device", "cpu")) for m in cfg.models.members])
+    trace: dict[str, Any] = {}
     if cfg.runtime.get("trace", False):
         from tokenrouter.evals.run_trace import write_run_trace
 
-        summary["trace"] = write_run_trace(out, system, cfg.system.name, results, [rows[k] for k in order],
-                                           prep.tokenizer)
-    summary["sweeper"] = sweeper_choice()
-    return run_record.write_summary(out, summary, config)
+        trace["trace"] = write_run_trace(out, system, cfg.system.name, run.results, run.rows, prep.tokenizer)
+    return {
+        **figures,
+        "steady_throughput_tok_s": steady_throughput(run.results, clients) if plan.arrival == "closed_loop" else None,
+        # the share of the model SET's last (strong) model, also when the system serves part of the set (single)
+        "large_token_share": tokens.get(specs[-1].name, 0) / total if total else None,
+        **serving_metrics(run.results, run.elapsed, plan.slo),
+        **labels,
+        "warmup_requests": plan.warmup,
+        "stats": run.stats,
+        **run.extra,
+        "predicted_throughput_tok_s": predicted_throughput(cfg, plan, system, clients),
+        # geometric run lengths and stationary rates per model, from `model_runs` (None when the rows have none)
+        "model_validity": model_validity(run.rows, system.model_names),
+        "machine": state,
+        "provenance": provenance([str(m.get("device", "cpu")) for m in cfg.models.members]),
+        **trace,
+        "sweeper": sweeper_choice(),
+    }
 
 
 def request_rate(cfg: Any) -> float:
@@ -338,10 +391,9 @@ def request_rate(cfg: Any) -> float:
     return float(rate)
 
 
-def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> dict[str, Any]:
+def run_info(cfg: Any, plan: RunPlan, system: ServingSystem, workload: str, clients: int) -> dict[str, Any]:
     """What identifies the run in a results table (open-loop runs: concurrency = the number of requests,
     the most that can be in flight; their thresholds follow the live count)."""
-    arrival = cfg.get("arrival", "closed_loop")
     return {
         "experiment": cfg.get("experiment_name"),
         "system": cfg.system.name,
@@ -349,22 +401,22 @@ def run_info(cfg: Any, system: ServingSystem, workload: str, clients: int) -> di
         "tp": "/".join(str(m.get("tp", 1)) for m in cfg.models.members),  # per member, e.g. "1/2"
         "algorithm": plain(cfg.algorithm),
         "workload": workload,
-        "arrival": arrival,
-        "request_rate": request_rate(cfg) if arrival == "poisson" else None,
+        "arrival": plan.arrival,
+        "request_rate": plan.request_rate,
         "concurrency": clients,
-        "seed": seed_value(cfg.get("seed", 0)),
+        "seed": plan.seed,
         "delayed_batching": bool(cfg.runtime.get("delayed_batching", True)),
         "thresholds_spec": plain(cfg.runtime.get("thresholds")),
-        "thresholds": system.batching_thresholds(clients) if arrival != "poisson" else None,
+        "thresholds": system.batching_thresholds(clients) if plan.arrival != "poisson" else None,
     }
 
 
-def predicted_throughput(cfg: Any, system: ServingSystem, n: int) -> float | None:
+def predicted_throughput(cfg: Any, plan: RunPlan, system: ServingSystem, n: int) -> float | None:
     """The throughput model's prediction for closed-loop runs on sim engines with a fixed-rate algorithm
     (perfmodel presets: bernoulli, rstitch with p01/p10, ensemble): TokenRouter from the Markov chain at the
     thresholds it used, lock-step (bernoulli only) in closed form. None where no prediction applies."""
     specs = model_specs(cfg.models)
-    if any(s.engine != "sim" for s in specs) or cfg.get("arrival", "closed_loop") != "closed_loop":
+    if any(s.engine != "sim" for s in specs) or plan.arrival != "closed_loop":
         return None
     from tokenrouter.config import AlgorithmSpec
     from tokenrouter.engine.sim import sim_latency
@@ -433,10 +485,10 @@ class ResultLog:
             raise StorageError(self.path, err) from None
 
 
-def _progress(total: int, cfg: Any) -> Any:
+def _progress(total: int, cfg: Any, plan: RunPlan) -> Any:
     from tqdm import tqdm
 
-    desc = f"{cfg.system.name} N={cfg.get('concurrency', 1)}"
+    desc = f"{cfg.system.name} N={plan.concurrency}"
     return tqdm(total=total, desc=desc, unit="req", disable=None, leave=False)
 
 

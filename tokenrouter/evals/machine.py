@@ -111,7 +111,8 @@ def cores() -> int:
 
 
 def record(before: Snapshot, after: Snapshot, step_ms: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """summary.json `machine`: the state between two snapshots and each model's step times (`step_times`)."""
+    """summary.json `machine` (declared as run_record.Machine): the state between two snapshots and each
+    model's step times (`step_times`)."""
     steal = others = None
     if before.cpu is not None and after.cpu is not None:
         busy, stolen, total = (a - b for a, b in zip(after.cpu, before.cpu, strict=True))
@@ -205,37 +206,6 @@ def step_times(stats: Any, models: list[Any], model_set: str | None,
 
 
 # ---- judgement ------------------------------------------------------------------------------------------
-
-
-def valid(machine: Any) -> bool:
-    """Whether summary.json `machine` has the shape `record` writes (what run_record validates)."""
-    if not isinstance(machine, dict):
-        return False
-    count = machine.get("cores")
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        return False
-    for key in ("load_before", "load_after"):
-        if not _number_or_none(machine.get(key)):
-            return False
-    for key in ("others_cpu_share", "steal_share"):
-        value = machine.get(key)
-        if not (_number_or_none(value) and (value is None or value <= 1)):
-            return False
-    steps = machine.get("step_ms", {})
-    if not isinstance(steps, dict):
-        return False
-    for figures in steps.values():
-        if not isinstance(figures, dict) or not all(_number_or_none(figures.get(k))
-                                                    for k in ("measured", "mean_batch", "expected", "ratio")):
-            return False
-        if figures.get("source") is not None and figures["source"] not in SOURCES:
-            return False
-    return True
-
-
-def _number_or_none(value: Any) -> bool:
-    return value is None or (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-                             and value >= 0)
 
 
 def contention(machine: Any) -> dict[str, tuple[float, str]]:
