@@ -28,12 +28,12 @@ from typing import Any
 
 import bench_runtime
 
-from tokenrouter.runtime import subserver
+from tokenrouter.runtime import subserver, subserver_io
 
 
 def run_loop(tokens: int) -> None:
     """Child role: the `loop` round trips, without the subserver's timers."""
-    subserver.STATS_PERIOD_S = subserver.MEDIAN_PERIOD_S = 1e9
+    subserver_io.STATS_PERIOD_S = subserver.MEDIAN_PERIOD_S = 1e9
     bench_runtime._loop_cost_us(tokens)
 
 

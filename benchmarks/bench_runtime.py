@@ -5,7 +5,7 @@
   .venv/bin/python benchmarks/bench_runtime.py thresholds --window 20
 
 overhead:   zero-latency sim engine, one model (`stay`): the subserver's own loop time per iteration minus
-            the engine step (median, measured inside the subserver: drain, schedule, route, encode, send),
+            the engine step (median, measured inside the subserver: receive, schedule, step inputs, settle),
             and the end-to-end token rate at the client (front end included). Goal <= 100 us.
 batch:      what one more request in a decode batch costs: one zero-latency sim model (`stay`) in this process,
             batches of 1-256, CPU per request per step, the engine step + route and the runtime apart. What a
@@ -114,7 +114,7 @@ class _InProcess:
             self.subs.append(Subserver(cfg, SimEngine.from_spec(m), algo, self.ctx, inbox,
                                        unix_link.connect(unix_link.frontend_path(self.where)),
                                        unix_link.Listener(unix_link.peer_path(self.where, i))))
-            self.subs[-1].listen()
+            self.subs[-1].io.listen()
         self.reports = self.front.accept()
         for sub in self.subs:
             sub.handle(Peers([""] * len(models)))
@@ -126,7 +126,7 @@ class _InProcess:
     def iterate(self) -> None:
         """One pass: every subserver with work iterates once (a blocked one would have woken)."""
         for sub in self.subs:
-            if sub.busy() or sub.wait(0):
+            if sub.busy() or sub.io.poll(0):
                 sub.iterate(block=False)
         self.passes += 1
         if self.passes % 64 == 0:  # keep the reports' socket buffers from filling
@@ -134,12 +134,12 @@ class _InProcess:
                 link.recv_frames()
 
     def close(self) -> None:
-        for sub in self.subs:
-            for link in (*sub.peers.values(), *sub.links_in, sub.to_frontend):
+        for io in (sub.io for sub in self.subs):
+            for link in (*io.peers.values(), *io.links_in, io.to_frontend):
                 link.close()
-            sub.listener.close()
-            sub.poller.close()
-            sub.inbox.close(linger=0)
+            io.listener.close()
+            io.poller.close()
+            io.inbox.close(linger=0)
         self.front.close()
         self.ctx.term()
 

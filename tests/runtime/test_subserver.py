@@ -53,7 +53,7 @@ def one_model(tmp_path, spec: ModelSpec | None = None, runtime: RuntimeConfig | 
     finally:
         for sock in (frontend_inbox, inbox):
             sock.close(linger=0)
-        sub.to_frontend.close()
+        sub.io.to_frontend.close()
         ctx.term()
 
 
@@ -72,17 +72,17 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
         sub.handle(PeerMessage(PeerRequest("r", 0, [5, 6, 7], 3), sender=0, handoffs=1, meta=meta))
         batch = sub.sched.next_batch(time.perf_counter())
         sub.run_batch(batch)  # the large model commits one token and hands the request back to model 0
-        sub.flush(time.perf_counter())  # ... whose endpoint it does not know yet
-        assert 0 in sub._outbox and not small_inbox.poll(100)
+        sub.report(time.perf_counter())  # ... whose endpoint it does not know yet
+        assert 0 in sub.io.outbox and not small_inbox.poll(100)
         sub.handle(Peers([small_endpoint, "unused"]))
-        sub.flush(time.perf_counter())
+        sub.report(time.perf_counter())
         assert small_inbox.poll(2000)
         [reply] = decode(small_inbox.recv())
         assert isinstance(reply, PeerMessage) and reply.msg.rid == "r" and reply.sender == 1
     finally:
         for sock in (small_inbox, frontend_inbox, inbox):
             sock.close(linger=0)
-        for link in (*sub.peers.values(), sub.to_frontend):
+        for link in (*sub.io.peers.values(), sub.io.to_frontend):
             link.close()
         ctx.term()
 
@@ -93,7 +93,7 @@ def test_a_request_waiting_for_kv_steps_right_after_the_finish_that_frees_it(tmp
     spec = ModelSpec(name="m", engine="sim", kv_tokens=30, page_size=4, sim=SimSpec(latency_ms=0.0, seed=1))
     with one_model(tmp_path, spec) as (sub, _):
         engine = sub.engine
-        sub.listen()
+        sub.io.listen()
         for rid in ("a", "b"):  # each reserves prompt 3 + 16 new + a page of 4 = 23 of the 30 tokens
             sub.handle(Submit(rid, [5, 6, 7], RequestMeta(16, SamplingParams(), 7, [])))
         assert sub.sched.occupancy()["waiting"] == 1
@@ -108,41 +108,42 @@ def test_a_request_waiting_for_kv_steps_right_after_the_finish_that_frees_it(tmp
 def test_a_contended_spin_pauses_spinning(tmp_path, monkeypatch) -> None:
     """runtime.spin_us: a spin during which this thread got (almost) no CPU was taking a core another process
     wanted; the next spins return at once, without polling, until the back-off is over."""
-    import tokenrouter.runtime.subserver as subserver_module
+    import tokenrouter.runtime.subserver_io as io_module
 
     with one_model(tmp_path, runtime=RuntimeConfig(thresholds=[1], spin_us=2000)) as (sub, _):
+        io = sub.io
         polls = []
-        real_wait = sub.wait
-        sub.wait = lambda timeout_ms: polls.append(timeout_ms) or real_wait(timeout_ms)
-        sub.listen()
-        sub.drain(None)  # reading ZMQ_EVENTS clears the inbox descriptor's start-up signal
-        monkeypatch.setattr(subserver_module.time, "thread_time", time.perf_counter)  # as if it had the CPU
+        real_poll = io.poll
+        io.poll = lambda timeout_ms: polls.append(timeout_ms) or real_poll(timeout_ms)
+        io.listen()
+        io.receive()  # reading ZMQ_EVENTS clears the inbox descriptor's start-up signal
+        monkeypatch.setattr(io_module.time, "thread_time", time.perf_counter)  # as if it had the CPU
         t0 = time.perf_counter()
-        assert not sub.spin() and polls  # nothing arrived: it spun the whole 2 ms, polling
-        assert time.perf_counter() - t0 >= 0.002 and sub._spin_off_until == 0.0  # uncontended: no back-off
+        assert not io.spin() and polls  # nothing arrived: it spun the whole 2 ms, polling
+        assert time.perf_counter() - t0 >= 0.002 and io.spin_off_until == 0.0  # uncontended: no back-off
         frozen = time.thread_time()
-        monkeypatch.setattr(subserver_module.time, "thread_time", lambda: frozen)  # as if descheduled throughout
-        assert not sub.spin()
-        assert sub._spin_off_until > time.perf_counter()
+        monkeypatch.setattr(io_module.time, "thread_time", lambda: frozen)  # as if descheduled throughout
+        assert not io.spin()
+        assert io.spin_off_until > time.perf_counter()
         polls.clear()
-        assert not sub.spin() and not polls  # backing off: no spinning at all
+        assert not io.spin() and not polls  # backing off: no spinning at all
         monkeypatch.undo()
-        sub._spin_off_until = time.perf_counter()  # the back-off is over
-        sub.spin_s = 0.05  # long enough that a loaded machine's descheduling cannot end it before the first poll
-        assert not sub.spin() and polls
+        io.spin_off_until = time.perf_counter()  # the back-off is over
+        io.spin_s = 0.05  # long enough that a loaded machine's descheduling cannot end it before the first poll
+        assert not io.spin() and polls
 
 
 def test_a_frame_behind_a_consumed_inbox_signal_is_read_after_the_idle_timeout(tmp_path) -> None:
     """The zmq inbox is polled through its ZMQ_FD, which signals edges: should a signal ever be consumed without
-    the frame behind it being read, the first quiet poll timeout makes the next drain look at every source."""
+    the frame behind it being read, the first quiet poll timeout makes the next receive look at every source."""
     with one_model(tmp_path, loopback=True) as (sub, inbox):  # its own inbox stands in for the front end's
-        sub.listen()
-        sub.drain(None)
-        sub.to_frontend.send(encode([Submit("r", [5, 6, 7], RequestMeta(4, SamplingParams(), 7, []))]))
+        sub.io.listen()
+        sub.io.receive()
+        sub.io.to_frontend.send(encode([Submit("r", [5, 6, 7], RequestMeta(4, SamplingParams(), 7, []))]))
         deadline = time.perf_counter() + 5
         while not inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # the frame is there; this read took the signal
             assert time.perf_counter() < deadline
-        sub._events = set()  # as if the last poll had reported nothing
+        sub.io.events = set()  # as if the last poll had reported nothing
         start = time.perf_counter()
         sub.iterate()  # nothing to read by the poll's account: it waits out the idle timeout
         assert "r" not in sub.sched.entries and time.perf_counter() - start >= IDLE_POLL_MS / 1000 * 0.9
@@ -160,8 +161,8 @@ def test_a_route_to_a_model_that_does_not_exist_fails_only_that_request(tmp_path
         batch = sub.sched.next_batch(time.perf_counter())
         assert len(batch) == 2
         sub.run_batch(batch)
-        [(rid, error)] = sub._report.algorithm_failures
-        assert rid == "bad" and "returned destination 5 (1 models)" in error and not sub._report.failures
+        [(rid, error)] = sub.io.report.algorithm_failures
+        assert rid == "bad" and "returned destination 5 (1 models)" in error and not sub.io.report.failures
         assert "bad" not in sub.sched.entries and sub.engine.seq_len("bad") == 0
         assert sub.counters.committed == 1 and sub.engine.seq_len("good") == 3  # stepped alone, committed, ready
 

@@ -6,8 +6,8 @@ while spinning, all on the hand-off path. `epoll` (Linux; `poll` elsewhere) over
 
 A zmq socket takes part through its ZMQ_FD, which signals that its state may have changed, not that a frame
 is waiting: whoever sees it readable must read ZMQ_EVENTS and drain while POLLIN is set (reading EVENTS is
-also what clears the signal). The subserver's drain does exactly that, and reads only the sources the last
-poll named, so nothing waits unseen: a frame arriving after the drain re-signals the descriptor.
+also what clears the signal). The subserver's receive (runtime/subserver_io.py) does exactly that, and reads
+only the sources the last poll named, so nothing waits unseen: a frame arriving after it re-signals the descriptor.
 """
 
 from __future__ import annotations

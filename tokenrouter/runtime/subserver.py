@@ -1,11 +1,15 @@
 """One model's subserver: its engine, scheduler and side of the routing algorithm in one process.
 
 Why one process and one loop per model: models step at their own pace (no global lock-step), and a step
-never waits on another model. Each iteration: (1) drain client, peer and control frames without blocking;
-(2) delayed-batching schedule and one engine step, then route(); (3) hand-offs to peers (the request goes
-PENDING here, its KV kept), committed tokens and finishes to the front end, releases to peers. A request
-back from a peer rejoins with its step input tokens[kv_len:], an extend over exactly what this model missed.
-When nothing is due the loop blocks on its sources (epoll with a timeout; `runtime.spin_us` spins first).
+never waits on another model. Each iteration (`Subserver.iterate`) reads as its stages: (1) receive client,
+peer and control frames without blocking; (2) schedule (delayed batching) and, when a batch is due, one engine
+step and route(); (3) settle each request: commit and stream its token, finish it, keep it ready, or hand it
+to a peer (the request goes PENDING here, its KV kept); (4) report: hand-offs and releases to peers, committed
+tokens and finishes to the front end. A request back from a peer rejoins with its step input tokens[kv_len:],
+an extend over exactly what this model missed. When nothing is due the loop blocks on its sources (epoll with
+a timeout; `runtime.spin_us` spins first). The links, receiving, sending and waiting live in
+runtime/subserver_io.py, runtime.trace's per-batch records in runtime/subserver_trace.py; this module decides
+what happens to requests.
 
 The routing algorithm is a plugin: every call into it (route(), keeps_token(), send(), receive()) and every
 result it returns is guarded, so a bug in it fails only the requests of that call (an AlgorithmFailure, HTTP
@@ -25,7 +29,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -39,12 +43,11 @@ from tokenrouter.algorithms import build_algorithm
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.children import die_with_parent
 from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
-from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutputName, StepOutputs
+from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutput, StepOutputName, StepOutputs
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
 from tokenrouter.heap import freeze_startup
 from tokenrouter.runtime import unix_link
-from tokenrouter.runtime.fd_poll import FdPoller
 from tokenrouter.runtime.ipc import (
     CurveKeys,
     PushLink,
@@ -63,26 +66,21 @@ from tokenrouter.runtime.messages import (
     PeerMessage,
     Peers,
     Ready,
-    Report,
     Shutdown,
     StatsRequest,
     Submit,
-    decode,
     encode,
 )
 from tokenrouter.runtime.scheduler import Entry, Scheduler
-from tokenrouter.runtime.unix_link import Link, LinkClosed, Listener
+from tokenrouter.runtime.subserver_io import SubserverIO
+from tokenrouter.runtime.subserver_trace import TracedBatch
+from tokenrouter.runtime.unix_link import Link, Listener
 from tokenrouter.stats import SubserverCounters
 from tokenrouter.trace.record import BatchRecorder
 
 IDLE_POLL_MS = 500  # idle wake-up period: notice a dead parent
-BACKLOG_POLL_MS = 1  # a direct link the kernel did not take everything for is retried this often
 ABORT_MEMORY_S = 60.0  # how long an aborted id is remembered (late peer frames for it are dropped)
-STATS_PERIOD_S = 0.02  # counters ride to the front end at most this often (finishes always carry them)
 MEDIAN_PERIOD_S = 0.2  # overhead median recomputed at most this often
-SPIN_CPU_SHARE = 0.8  # runtime.spin_us: a spin that ran less than this share of its wall time was contended
-SPIN_BACKOFF_S = 0.02  # ... and spinning pauses this long
-TRACE_SHIP_BATCHES = 64  # runtime.trace: records ride with the next Report, or alone once this many wait
 ERROR_CHARS = 300  # an algorithm's error as a client sees it: one line, at most this long
 
 
@@ -236,7 +234,19 @@ class Counters:
                                  self.step_s, self.wait_s, self._overhead_p50, self.seq, **occupancy)
 
 
+class StepFailed(Exception):
+    """An engine step or route() raised `cause` (`algorithm`: route() did, the routing algorithm's fault)."""
+
+    def __init__(self, cause: Exception, algorithm: bool) -> None:
+        super().__init__(cause)
+        self.cause = cause
+        self.algorithm = algorithm
+
+
 class Subserver:
+    """One model's loop: receive, schedule, step and route, settle, report (`iterate`). Its links and what goes
+    out on them are `io` (runtime/subserver_io.py); this class decides what happens to requests."""
+
     def __init__(self, cfg: SubserverConfig, engine: Engine, algo: RoutingAlgorithm, ctx: zmq.Context,
                  inbox: zmq.Socket, to_frontend: PushLink | Link, listener: Listener | None = None) -> None:
         self.index = cfg.index
@@ -246,76 +256,82 @@ class Subserver:
         rt = RuntimeConfig.from_dict(cfg.runtime)
         self.engine = engine
         self.algo = algo
-        self.ctx = ctx
-        self.inbox = inbox
-        self.inbox_fd: int = inbox.getsockopt(zmq.FD)  # signals a state change: drain reads ZMQ_EVENTS
-        self.to_frontend = to_frontend
-        self.peers: dict[int, PushLink | Link] = {}
-        self.listener = listener  # direct peer links (ipc mode); None: peers reach us through the zmq inbox
-        self.links_in: list[Link] = []
-        self.where = cfg.where
-        self.poller = FdPoller()
-        self.keys = cfg.keys
         capacity = engine.tokens_free() + engine.tokens_used()
         self.sched = Scheduler(capacity, spec.page_size, rt.max_batch_size, rt.max_step_tokens,
                                rt.max_wait_ms / 1000.0)
         self.counters = Counters(self.num_models)
+        self.recorder = BatchRecorder(self.index, rt.trace_max_batches) if rt.trace else None
+        self.io = SubserverIO(self.index, engine.name, ctx, inbox, to_frontend, listener, cfg.where, cfg.keys,
+                              rt.spin_us / 1e6, self.handle, self.wire_stats, self.recorder)
         self.aborted: dict[str, float] = {}
         self.stopping = False
         self.parent = os.getppid()
-        self._report = Report(self.index)
-        self._stats_dirty = False
-        self._stats_sent = 0.0
-        self._outbox: dict[int, list[Message]] = {}
-        self._events: Collection[int] | None = None  # descriptors the last poll reported (None: look at every source)
-        self.spin_s = rt.spin_us / 1e6
-        self._spin_off_until = 0.0  # perf_counter time before which spin() does not spin (contention)
         self.step_outputs = algo.needs.step_outputs  # what route() reads; requests may ask for more (Submit)
         self.active_n = 0  # the global active count N (last Active)
-        self.tracer = BatchRecorder(self.index, rt.trace_max_batches) if rt.trace else None
         self.clock = RouteClock(rt.route_timeout_s)
         self.max_stalled = rt.max_handoffs_per_token
         self.check_sends = type(algo).send is not RoutingAlgorithm.send  # the default send() needs no wire check
         self._logged: set[tuple[str, str]] = set()  # (call, exception type) whose traceback went to stderr
 
-    # ---- stage 1: receive ----------------------------------------------------------------------------------
+    # ---- the loop ------------------------------------------------------------------------------------------
 
-    def drain(self, events: Collection[int] | None) -> None:
-        """The frames waiting on the sources `events` (a poll's descriptors) names: the front end's zmq inbox,
-        the listener, the peers' direct links; every source when None. Reading only what poll reported saves a
-        syscall and an EAGAIN per idle source per iteration, on the path of every hand-off."""
-        if events is None or self.inbox_fd in events:
-            while self.inbox.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                self.on_frame(self.inbox.recv(zmq.NOBLOCK))
-        if self.listener is not None and (events is None or self.listener.fileno() in events):
-            for link in self.listener.accept():
-                self.links_in.append(link)
-                self.poller.register(link.fileno())
-        for link in list(self.links_in):
-            if events is not None and link.fileno() not in events:
-                continue
-            try:
-                frames = link.recv_frames()
-            except LinkClosed:  # a peer exited (its death is the front end's to report)
-                self.poller.unregister(link.fileno())
-                self.links_in.remove(link)
-                link.close()
-                continue
-            for frame in frames:
-                self.on_frame(frame)
+    def run(self) -> None:
+        self.io.listen()
+        while not self.stopping:
+            self.iterate()
 
-    def on_frame(self, frame: bytes) -> None:
-        try:
-            msgs = decode(frame)
-        except ValueError as exc:  # never die on a frame that is not ours: drop it, say so
-            print(f"subserver {self.engine.name!r}: dropped a {len(frame)}-byte frame: {exc}", file=sys.stderr)
-            return
-        for msg in msgs:
-            try:
-                self.handle(msg)
-            except Exception as exc:  # well-formed but nonsensical (wrong field types): the same
-                print(f"subserver {self.engine.name!r}: dropped a {type(msg).__name__} message: "
-                      f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    def iterate(self, block: bool = True) -> None:
+        """One pass of the loop: receive what the last poll reported, step a batch if one is due (`run_batch`:
+        step, route, settle) and report what it produced (else what is queued), then wait: not at all if more
+        work is due (`timeout_ms`), else (when `block`) until a frame arrives or a timer is due."""
+        start = time.perf_counter()
+        self.io.receive()
+        batch = self.sched.next_batch(start)
+        if batch:
+            step_before = self.counters.step_s
+            self.run_batch(batch)
+            self.io.stats_dirty = True
+            end = time.perf_counter()
+            self.report(end)
+            # the loop's own time: this iteration up to its report, less the engine step and route()
+            self.counters.overhead_us.append(((end - start) - (self.counters.step_s - step_before)) * 1e6)
+        else:
+            self.report(start)
+        if self.io.wait(self.timeout_ms(ran=bool(batch)) if block else 0):
+            self.housekeeping(time.perf_counter())
+
+    def report(self, now: float) -> None:
+        """Send this iteration's news: hand-offs and releases to the peers, a Report to the front end. With the
+        front end gone there is nobody left to serve."""
+        if not self.io.flush(now):
+            self.stopping = True
+
+    def busy(self) -> bool:
+        """Whether an iteration has anything to do now (frames the last poll reported, requests ready or waiting
+        for KV)."""
+        return bool(self.io.events) or self.sched.has_work
+
+    def timeout_ms(self, ran: bool) -> int:
+        """How long the poll may wait: not at all after a step that left requests ready or waiting for KV (the
+        next batch may be due now, or a finish freed the KV a waiting request needs), else until the earliest
+        timer (max-wait, stats), at most IDLE_POLL_MS."""
+        if ran and self.sched.has_work:
+            return 0
+        now = time.perf_counter()
+        due = [t for t in (self.sched.wait_timeout(now), self.io.stats_due_in(now)) if t is not None]
+        return min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
+
+    def housekeeping(self, now: float) -> None:
+        if os.getppid() != self.parent:
+            self.stopping = True  # the front end died without telling us
+        for rid in [r for r, t in self.aborted.items() if now - t > ABORT_MEMORY_S]:
+            del self.aborted[rid]
+
+    def wire_stats(self, now: float) -> dict[str, Any]:
+        """The counters as a Report carries them, with the scheduler's occupancy."""
+        return self.counters.snapshot(now, self.sched.occupancy()).to_wire()
+
+    # ---- receive: what a message does ----------------------------------------------------------------------
 
     def handle(self, msg: Message) -> None:
         now = time.perf_counter()
@@ -329,9 +345,7 @@ class Subserver:
             self.sched.threshold = max(1, msg.thresholds[self.index])
             self.sched.launch_mask = msg.launch[self.index] if msg.launch else None
         elif isinstance(msg, Peers):
-            for i, endpoint in enumerate(msg.endpoints):
-                if i != self.index and i not in self.peers:
-                    self.peers[i] = self.connect_peer(i, endpoint)
+            self.io.connect_peers(msg.endpoints)
         elif isinstance(msg, Abort):
             self.aborted[msg.rid] = now
             self.drop(msg.rid)
@@ -339,15 +353,7 @@ class Subserver:
             self.stopping = True
         elif isinstance(msg, StatsRequest):
             self.counters.seq = msg.seq
-            self._stats_dirty = True
-            self._stats_sent = float("-inf")  # answer with this iteration's flush
-
-    def connect_peer(self, index: int, endpoint: str) -> PushLink | Link:
-        """A direct unix link to the peer's listener in ipc mode (unless runtime.peer_link=zmq), else a zmq
-        PUSH to its inbox (tcp: CURVE-authenticated)."""
-        if self.listener is not None:
-            return unix_link.connect(unix_link.peer_path(self.where, index))
-        return PushLink(connect_outbox(self.ctx, endpoint, self.keys))
+            self.io.stats_requested()
 
     def admit(self, e: Entry, now: float) -> None:
         error = self.sched.add(e, now)
@@ -389,20 +395,42 @@ class Subserver:
             self.fail(e.req.rid, self.plugin_error("receive()", exc), e, algorithm=True)
             return None
 
-    # ---- stage 2: schedule and step ------------------------------------------------------------------------
+    # ---- step, route, settle -------------------------------------------------------------------------------
 
     def run_batch(self, batch: list[Entry]) -> None:
-        """Step `batch`, route, and settle each request (commit and stream, finish, stay ready or hand off).
-        Both loops run per request per step, on the path of every batch and every hand-off: one pass each, no
-        comprehension frames, helpers only where a rule lives (handoff, finish)."""
+        """Step `batch`, route, and settle each request (commit and stream, finish, stay ready or hand off); a
+        step whose engine or route() failed fails only the requests it must (`abandon`)."""
         launched = time.perf_counter()
-        at_launch = self.launch_facts(batch) if self.tracer is not None else None
+        traced = TracedBatch(self.recorder, self.sched, batch, launched) if self.recorder is not None else None
+        reqs, items, kv_before, asked = self.step_inputs(batch, launched)
+        t0 = time.perf_counter()
+        try:
+            out, dests = self.step(reqs, items, asked)
+        except (StepFailed, RouteOverBudget) as failure:
+            self.abandon(batch, items, kv_before, failure, traced, t0)
+            return
+        engine_s = time.perf_counter() - t0
+        c = self.counters
+        c.step_s += engine_s
+        committed, handoffs = c.committed, c.handoffs
+        c.steps += 1
+        c.batch_total += len(batch)
+        self.settle(batch, out, dests)
+        if traced is not None:
+            traced.record(items, engine_s, c.committed - committed, c.handoffs - handoffs, self.active_n)
+
+    def step_inputs(self, batch: list[Entry], launched: float) -> tuple[list[RouterRequest], list[StepItem],
+                                                                         list[int], int]:
+        """Each request's step input (its KV truncated to where the input starts first), with the requests, their
+        KV lengths before the step (a failed step rolls back to them) and the outputs a finishing request's
+        client asked for (RequestMeta.outputs bits). Runs per request per step, on the path of every batch and
+        every hand-off: one pass, no comprehension frames."""
         engine = self.engine
         reqs: list[RouterRequest] = []
         kv_before: list[int] = []
         items: list[StepItem] = []
         waited = 0.0
-        asked = 0  # outputs a finishing request's client asked for (RequestMeta.outputs bits)
+        asked = 0
         for e in batch:
             req = e.req
             rid, prompt, output = req.rid, req.prompt_ids, req.output_ids
@@ -420,39 +448,34 @@ class Subserver:
             waited += launched - e.since
             asked |= e.meta.outputs
         self.counters.wait_s += waited
-        t0 = time.perf_counter()
+        return reqs, items, kv_before, asked
+
+    def step(self, reqs: list[RouterRequest], items: list[StepItem], asked: int) -> tuple[StepOutput, list[int]]:
+        """One engine step over `items`, then route() over its result: the output and each request's destination.
+        A step or route() that raised is a StepFailed, a route() past its budget a RouteOverBudget; an
+        EngineFailure (the engine is gone: a TP rank died) stops the subserver, the front end fails every request."""
         try:
             out = self.engine.step(items, self.outputs_for(asked))
         except EngineFailure:
-            raise  # the engine is gone (a TP rank died): stop, the front end fails every request
+            raise
         except Exception as exc:  # a failed step fails its requests, never the server or their batch mates
-            self.step_failed(batch, items, at_launch, launched, t0)
-            self.isolate(batch, kv_before, f"{type(exc).__name__}: {exc}", algorithm=False)
-            return
+            raise StepFailed(exc, algorithm=False) from exc
         try:
             dests = destinations(self.clock.call(self.algo.route, StepResult(self.index, reqs, out.next_tokens,
                                                                              out.logits, out.hidden)),
-                                 len(batch), self.num_models)
-        except RouteOverBudget:  # stepping each alone would stall the model once per request: all of them fail
-            self.step_failed(batch, items, at_launch, launched, t0)
-            self._report.over_budget += 1
-            error = self.algorithm_error(f"route() ran past runtime.route_timeout_s={self.clock.budget_s:g} s")
-            print(f"subserver {self.engine.name!r}: {error}; {len(batch)} request(s) failed", file=sys.stderr)
-            for e in batch:
-                self.fail(e.req.rid, error, algorithm=True)
-            return
+                                 len(reqs), self.num_models)
         except Exception as exc:  # a router can fail on one request's input: the others must not fail with it
-            self.step_failed(batch, items, at_launch, launched, t0)
-            self.isolate(batch, kv_before, self.plugin_error("route()", exc), algorithm=True)
-            return
-        engine_s = time.perf_counter() - t0
-        self.counters.step_s += engine_s
-        c = self.counters
-        committed, handoffs = c.committed, c.handoffs
-        c.steps += 1
-        c.batch_total += len(batch)
+            raise StepFailed(exc, algorithm=True) from exc
+        return out, dests
+
+    def settle(self, batch: list[Entry], out: StepOutput, dests: list[int]) -> None:
+        """Each request after the step routed it to `dests`: its token committed and streamed (or left for the
+        peer), then it finishes, stays ready for the next step, or is handed off. Runs per request per step: one
+        pass, no comprehension frames, helpers only where a rule lives (handoff, finish)."""
         now = time.perf_counter()
-        algo, routes, chunks = self.algo, c.routes, self._report.chunks
+        c = self.counters
+        algo, routes, report = self.algo, c.routes, self.io.report
+        chunks = report.chunks
         stays: list[Entry] = []
         for row, (e, tok, dest) in enumerate(zip(batch, out.next_tokens, dests, strict=True)):
             routes[dest] += 1
@@ -468,33 +491,14 @@ class Subserver:
                 e.stalled = 0
             if settled.finish:
                 if e.meta.outputs:
-                    self._report.outputs.append((req.rid, _row(out.logits, row, e.meta.outputs & OUT_LOGITS),
-                                                 _row(out.hidden, row, e.meta.outputs & OUT_HIDDEN)))
+                    report.outputs.append((req.rid, _row(out.logits, row, e.meta.outputs & OUT_LOGITS),
+                                           _row(out.hidden, row, e.meta.outputs & OUT_HIDDEN)))
                 self.finish(e, settled.finish)
             elif settled.peer is None:
                 stays.append(e)
             else:
                 self.hand_off(e, settled.peer)
         self.sched.make_ready(stays, now)
-        if at_launch is not None:
-            self.trace_batch(at_launch, batch, items, launched, engine_s, c.committed - committed,
-                             c.handoffs - handoffs)
-
-    def launch_facts(self, batch: list[Entry]) -> tuple[list[float], int, bool]:
-        """runtime.trace, at a batch's launch: when each row became ready, the queue length (the batch's rows
-        included) and whether the max-wait bound forced the launch below the threshold."""
-        sched = self.sched
-        ready, waiting = sched.queue_lengths()
-        ready += len(batch)
-        return [e.since for e in batch], ready, not sched.launches(ready + waiting)
-
-    def trace_batch(self, at_launch: tuple[list[float], int, bool], batch: list[Entry], items: list[StepItem],
-                    launched: float, engine_s: float, committed: int, handoffs: int, failed: bool = False) -> None:
-        assert self.tracer is not None
-        since, ready, forced = at_launch
-        self.tracer.record(launched, time.perf_counter(), engine_s, since, [e.req.rid for e in batch],
-                           [len(it.token_ids) for it in items], committed, handoffs, self.sched.threshold, ready,
-                           self.active_n, forced, failed)
 
     def outputs_for(self, asked: int) -> StepOutputs:
         """What this step must return: what the algorithm reads, plus what the batch's clients `asked` for
@@ -503,12 +507,24 @@ class Subserver:
             return self.step_outputs
         return self.step_outputs | {name for bit, name in _OUTPUT_BITS if asked & bit}
 
-    def step_failed(self, batch: list[Entry], items: list[StepItem], at_launch: tuple[list[float], int, bool] | None,
-                    launched: float, t0: float) -> None:
-        """A step whose engine or route() failed: its time counted, its batch traced as failed."""
+    def abandon(self, batch: list[Entry], items: list[StepItem], kv_before: list[int],
+                failure: StepFailed | RouteOverBudget, traced: TracedBatch | None, t0: float) -> None:
+        """A step whose engine or route() failed: its time counted and its batch traced as failed, then the
+        requests it must fail do. A route() past its budget fails all of them (stepping each alone would stall the
+        model once per request); any other failure steps each alone (`isolate`)."""
         self.counters.step_s += time.perf_counter() - t0
-        if at_launch is not None:
-            self.trace_batch(at_launch, batch, items, launched, time.perf_counter() - t0, 0, 0, failed=True)
+        if traced is not None:
+            traced.record(items, time.perf_counter() - t0, 0, 0, self.active_n, failed=True)
+        if isinstance(failure, StepFailed):
+            exc = failure.cause
+            error = self.plugin_error("route()", exc) if failure.algorithm else f"{type(exc).__name__}: {exc}"
+            self.isolate(batch, kv_before, error, failure.algorithm)
+            return
+        self.io.report.over_budget += 1
+        error = self.algorithm_error(f"route() ran past runtime.route_timeout_s={self.clock.budget_s:g} s")
+        print(f"subserver {self.engine.name!r}: {error}; {len(batch)} request(s) failed", file=sys.stderr)
+        for e in batch:
+            self.fail(e.req.rid, error, algorithm=True)
 
     def isolate(self, batch: list[Entry], kv_before: list[int], error: str, algorithm: bool) -> None:
         """After a failed step: roll every member's KV back to where it was and step each one alone, so only
@@ -524,24 +540,10 @@ class Subserver:
         for e in batch:
             self.run_batch([e])
 
-    def algorithm_error(self, what: str) -> str:
-        """The one line a request failed by the routing algorithm reports (the client sees it in a 500)."""
-        return one_line(f"routing algorithm {self.algorithm_name!r} failed on model {self.engine.name!r}: {what}")
-
-    def plugin_error(self, call: str, exc: Exception) -> str:
-        """algorithm_error() for a plugin call that raised or returned what the runtime cannot use; the line goes
-        to stderr too, with the traceback the first time this call fails with this exception type."""
-        what = str(exc) if isinstance(exc, handoff.ProtocolError) else f"{call} raised {type(exc).__name__}: {exc}"
-        error = self.algorithm_error(what)
-        print(f"subserver {self.engine.name!r}: {error}", file=sys.stderr)
-        key = (call, type(exc).__name__)
-        if key not in self._logged and not isinstance(exc, handoff.ProtocolError):
-            self._logged.add(key)
-            traceback.print_exception(exc, file=sys.stderr)
-        return error
+    # ---- a request's end, a hand-off, a failure ------------------------------------------------------------
 
     def finish(self, e: Entry, reason: str) -> None:
-        self._report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.handoffs))
+        self.io.report.finishes.append((e.req.rid, reason, len(e.req.output_ids), e.handoffs))
         self.drop(e.req.rid)
 
     def hand_off(self, e: Entry, dest: int) -> None:
@@ -563,8 +565,8 @@ class Subserver:
         e.stalled += 1
         self.counters.handoffs += 1
         self.sched.pend(e)
-        self._outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.handoffs,
-                                                             e.meta if out.first else None, e.stalled))
+        self.io.outbox.setdefault(dest, []).append(PeerMessage(out.msg, self.index, e.handoffs,
+                                                               e.meta if out.first else None, e.stalled))
 
     def drop(self, rid: str, unregistered: Entry | None = None) -> None:
         """Forget a request here and tell every peer that has seen it to do the same."""
@@ -574,147 +576,29 @@ class Subserver:
             return
         for peer in e.req.peer_seen:
             release = PeerRequest(rid, 0, [], len(e.req.prompt_ids), finished=True)
-            self._outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.handoffs))
+            self.io.outbox.setdefault(peer, []).append(PeerMessage(release, self.index, e.handoffs))
 
     def fail(self, rid: str, error: str, unregistered: Entry | None = None, algorithm: bool = False) -> None:
         """Fail one request: the request's own fault, or (`algorithm`) the routing algorithm's."""
-        (self._report.algorithm_failures if algorithm else self._report.failures).append((rid, error))
+        report = self.io.report
+        (report.algorithm_failures if algorithm else report.failures).append((rid, error))
         self.drop(rid, unregistered)
 
-    # ---- stage 3: send -------------------------------------------------------------------------------------
+    def algorithm_error(self, what: str) -> str:
+        """The one line a request failed by the routing algorithm reports (the client sees it in a 500)."""
+        return one_line(f"routing algorithm {self.algorithm_name!r} failed on model {self.engine.name!r}: {what}")
 
-    def flush(self, now: float) -> None:
-        if self._outbox:
-            self.flush_peers()
-        r = self._report
-        failed = r.failures or r.algorithm_failures
-        if self._stats_dirty and (r.finishes or failed or now - self._stats_sent >= STATS_PERIOD_S):
-            r.stats = self.counters.snapshot(now, self.sched.occupancy()).to_wire()
-            self._stats_dirty = False
-            self._stats_sent = now
-        tracer = self.tracer
-        if tracer is not None and tracer.pending and (r.chunks or r.finishes or failed or r.stats
-                                                      or len(tracer.pending) >= TRACE_SHIP_BATCHES):
-            r.trace = tracer.take()
-        if r.chunks or r.finishes or failed or r.stats or r.trace or r.over_budget:
-            try:
-                self.to_frontend.send(encode([r]))
-            except LinkClosed:  # the front end is gone: nobody to serve
-                self.stopping = True
-            self._report = Report(self.index)
-
-    def flush_peers(self) -> None:
-        """Hand-offs and releases first: they are on the critical path of the requests' next tokens."""
-        waiting: dict[int, list[Message]] = {}
-        for peer, msgs in self._outbox.items():
-            link = self.peers.get(peer)
-            if link is None:  # a peer's hand-off can overtake the front end's Peers message (another
-                waiting[peer] = msgs  # connection): answer it once Peers is here, which wakes this loop
-                continue
-            try:
-                link.send(encode(msgs))
-            except LinkClosed:  # the peer is gone; the front end sees it die and fails its requests
-                pass
-        self._outbox = waiting
-
-    def _stats_due_in(self, now: float) -> float | None:
-        return max(0.0, self._stats_sent + STATS_PERIOD_S - now) if self._stats_dirty else None
-
-    # ---- loop ----------------------------------------------------------------------------------------------
-
-    def flush_backlogs(self) -> bool:
-        """Write what the kernel did not take last time to each direct link; True while some remains."""
-        pending = False
-        for link in (*self.peers.values(), self.to_frontend):
-            if link.backlog:
-                with contextlib.suppress(LinkClosed):
-                    link.flush()
-                pending = pending or link.backlog
-        return pending
-
-    def run(self) -> None:
-        self.listen()
-        while not self.stopping:
-            self.iterate()
-
-    def listen(self) -> None:
-        """Register the inbox and the listener with the poller (before the first `iterate()`)."""
-        self.poller.register(self.inbox_fd)
-        if self.listener is not None:
-            self.poller.register(self.listener.fileno())
-
-    def iterate(self, block: bool = True) -> None:
-        """One pass of the loop: drain what the last poll reported, step a batch if one is due and send what it
-        produced (else what is queued), then one poll: for nothing if more work is due (`timeout_ms`), else
-        (when `block`) until a frame arrives or a timer is due, sooner while a direct link holds a backlog."""
-        start = time.perf_counter()
-        self.drain(self._events)
-        batch = self.sched.next_batch(start)
-        if batch:
-            step_before = self.counters.step_s
-            self.run_batch(batch)
-            self._stats_dirty = True
-            end = time.perf_counter()
-            self.flush(end)
-            self.counters.overhead_us.append(((end - start) - (self.counters.step_s - step_before)) * 1e6)
-        else:
-            self.flush(start)
-        timeout_ms = self.timeout_ms(ran=bool(batch)) if block else 0
-        if timeout_ms > 0 and self.flush_backlogs():
-            timeout_ms = min(timeout_ms, BACKLOG_POLL_MS)
-        if timeout_ms > 0 and self.spin():
-            return
-        if not self.wait(timeout_ms) and timeout_ms > 0:
-            self.housekeeping(time.perf_counter())
-            self._events = None  # after a quiet timeout, look at every source once (a guard, off the hot path)
-
-    def spin(self) -> bool:
-        """`runtime.spin_us`: poll without sleeping until a frame arrives (True) or the spin time is over.
-        A spin that got less than SPIN_CPU_SHARE of the CPU meanwhile was taking a core another process wanted
-        (on a shared machine, maybe the peer that would send the frame): no spinning for SPIN_BACKOFF_S."""
-        if self.spin_s <= 0:
-            return False
-        start = time.perf_counter()
-        if start < self._spin_off_until:
-            return False
-        cpu = time.thread_time()
-        deadline = start + self.spin_s
-        arrived = False
-        while time.perf_counter() < deadline:
-            if self.wait(0):
-                arrived = True
-                break
-        end = time.perf_counter()
-        if time.thread_time() - cpu < SPIN_CPU_SHARE * (end - start):
-            self._spin_off_until = end + SPIN_BACKOFF_S
-        return arrived
-
-    def wait(self, timeout_ms: int) -> bool:
-        """Poll every source up to `timeout_ms`; what is readable is drained by the next iteration. False when
-        nothing is."""
-        self._events = self.poller.poll(timeout_ms)
-        return bool(self._events)
-
-    def busy(self) -> bool:
-        """Whether an iteration has anything to do now (frames the last poll reported, requests ready or waiting
-        for KV)."""
-        return bool(self._events) or self.sched.has_work
-
-    def timeout_ms(self, ran: bool) -> int:
-        """How long the poll may wait: not at all after a step that left requests ready or waiting for KV (the
-        next batch may be due now, or a finish freed the KV a waiting request needs), else until the earliest
-        timer (max-wait, stats), at most IDLE_POLL_MS."""
-        if ran and self.sched.has_work:
-            return 0
-        now = time.perf_counter()
-        due = [t for t in (self.sched.wait_timeout(now), self._stats_due_in(now)) if t is not None]
-        return min([IDLE_POLL_MS] + [int(t * 1000) + 1 for t in due])
-
-    def housekeeping(self, now: float) -> None:
-        if os.getppid() != self.parent:
-            self.stopping = True  # the front end died without telling us
-        for rid in [r for r, t in self.aborted.items() if now - t > ABORT_MEMORY_S]:
-            del self.aborted[rid]
+    def plugin_error(self, call: str, exc: Exception) -> str:
+        """algorithm_error() for a plugin call that raised or returned what the runtime cannot use; the line goes
+        to stderr too, with the traceback the first time this call fails with this exception type."""
+        what = str(exc) if isinstance(exc, handoff.ProtocolError) else f"{call} raised {type(exc).__name__}: {exc}"
+        error = self.algorithm_error(what)
+        print(f"subserver {self.engine.name!r}: {error}", file=sys.stderr)
+        key = (call, type(exc).__name__)
+        if key not in self._logged and not isinstance(exc, handoff.ProtocolError):
+            self._logged.add(key)
+            traceback.print_exception(exc, file=sys.stderr)
+        return error
 
 
 _OUTPUT_BITS: tuple[tuple[int, StepOutputName], ...] = ((OUT_LOGITS, "logits"), (OUT_HIDDEN, "hidden"))
