@@ -96,6 +96,21 @@ def test_a_cpu_pairs_router_not_on_this_machine_gets_a_stand_in(tmp_path: Path) 
     assert not any(o.startswith("algorithm.router") for o in stand_in_overrides(cfg, tmp_path, 2, 8))
 
 
+def test_an_sglang_member_at_tp2_is_rehearsed_at_tp1_and_its_line_says_so(tmp_path: Path) -> None:
+    from tokenrouter.cli.rehearse import cpu_cannot_run, note, stand_in_overrides
+
+    members = [{"name": "small", "source": "Qwen/Qwen3-0.6B", "engine": "sglang", "device": "cuda:0"},
+               {"name": "large", "source": "Qwen/Qwen3-8B", "engine": "sglang", "device": "cuda:0", "tp": 2}]
+    cfg = OmegaConf.create({"system": {"name": "lockstep"}, "algorithm": {"name": "stay"},
+                            "models": {"name": "pair", "members": members}, "workload": {"name": "arith"}})
+    assert cpu_cannot_run(cfg) is None  # everything runs; only the TP collectives differ
+    overrides = stand_in_overrides(cfg, tmp_path, requests=2, tokens=8)
+    assert "++models.members.1.tp=1" in overrides and "++models.members.0.tp=1" not in overrides
+    assert note(cfg) == "(the sglang engine at tp 1 on CPU for large at tp=2: SGLang's TP collectives need CUDA)"
+    cfg.models.members[1].engine = "torch"  # the torch engine's TP runs here over gloo, as it is
+    assert note(cfg) == "" and "++models.members.1.tp=1" not in stand_in_overrides(cfg, tmp_path, 2, 8)
+
+
 def test_stand_in_models_keep_the_architecture() -> None:
     from transformers import AutoConfig
 

@@ -8,8 +8,10 @@ models. Each job is composed as `bench` composes it, planned as `plan` plans it 
 by `bench`'s launcher into <out>/<job> with: each GPU member's checkpoint replaced by a tiny random model of the
 same architecture (tokenrouter/models/stand_in.py) on the CPU, each router that is not on disk by a random
 one in the official checkpoint layout, each Hub data set by a few rows in its columns, and a few requests and
-tokens. One line per job: REHEARSED, FAILED <why>, or NOT REHEARSED <the step a CPU cannot run> (everything
-before that step ran); the runs are collected into <out>/results.csv as a sweep's are; exit 1 on any FAILED.
+tokens. A member on the sglang engine at tp > 1 runs at tp 1 (SGLang's TP collectives need CUDA; the torch
+engine's TP runs over gloo) and its line says so. One line per job: REHEARSED (with what ran differently),
+FAILED <why>, or NOT REHEARSED <the step a CPU cannot run>; the runs are collected into <out>/results.csv as a
+sweep's are; exit 1 on any FAILED.
 """
 
 from __future__ import annotations
@@ -53,12 +55,7 @@ class Verdict:
 
 def cpu_cannot_run(cfg: Any) -> str | None:
     """The one step of a job that needs a GPU node, or None when the whole job runs here."""
-    from tokenrouter.config import model_specs
-    from tokenrouter.evals.preconditions import OWN_ENGINES
 
-    for spec in model_specs(cfg.models):
-        if cfg.system.name not in OWN_ENGINES and spec.engine == "sglang" and spec.tp > 1:
-            return f"SGLang's TP collectives (model {spec.name} at tp={spec.tp}: SGLang's TP needs CUDA)"
     if cfg.system.name == "official_r2r" and not _official_r2r_here(cfg):
         return ("thu-nics/R2R's own server: its environment is not on this machine (`make official-venv` "
                 "builds it; then its server runs here on CPU)")
@@ -77,10 +74,24 @@ def _official_r2r_here(cfg: Any) -> bool:
     return True
 
 
+def sglang_tp(cfg: Any) -> list[Any]:
+    """The job's members on the sglang engine at tp > 1 (our engine, not a system's own server): SGLang's TP
+    needs CUDA, so the rehearsal runs each of them at tp 1, everything else as on the node."""
+    from tokenrouter.config import model_specs
+    from tokenrouter.evals.preconditions import OWN_ENGINES
+
+    if cfg.system.name in OWN_ENGINES:
+        return []
+    return [s for s in model_specs(cfg.models) if s.engine == "sglang" and s.tp > 1]
+
+
 def note(cfg: Any) -> str:
     """What a REHEARSED line must add: the steps of the job that ran differently on CPU."""
     if cfg.system.name == "official_r2r" and any(int(m.get("tp", 1)) > 1 for m in cfg.models.members):
         return "(the official server at tp 1 on CPU: its TP collectives need CUDA)"
+    sharded = ", ".join(f"{s.name} at tp={s.tp}" for s in sglang_tp(cfg))
+    if sharded:
+        return f"(the sglang engine at tp 1 on CPU for {sharded}: SGLang's TP collectives need CUDA)"
     return ""
 
 
@@ -101,8 +112,8 @@ def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[
         member = f"models.members.{i}"
         overrides += [f"++{member}.source={source}", f"++{member}.device=cpu", f"++{member}.dtype=float32",
                       f"++{member}.mem_fraction=null", f"++{member}.threads=1", f"++{member}.kv_tokens=8192"]
-        if cfg.system.name == "official_r2r":
-            overrides.append(f"++{member}.tp=1")  # the official server on CPU runs each model in one process
+        if cfg.system.name == "official_r2r" or spec in sglang_tp(cfg):
+            overrides.append(f"++{member}.tp=1")  # one process per model on CPU: TP collectives need CUDA
     router = _stand_in_router(cfg, entry or specs[0].source, out)
     if router is not None:
         key = "system.router" if cfg.system.name == "official_r2r" else "algorithm.router"
