@@ -1,4 +1,4 @@
-"""One bad client or plugin hurts only itself (issue #43): innocent clients of `tokenrouter serve` alone, then the same
+"""One bad client or plugin hurts only itself: innocent clients of `tokenrouter serve` alone, then the same
 clients beside hostile traffic, side by side.
 
     .venv/bin/python benchmarks/bench_hostile_serve.py [--clients 4] [--seconds 20] [--tokens 16] [--hostile ...]
