@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, model_specs, plain, seed_value
 from tokenrouter.errors import UserError
@@ -39,6 +39,13 @@ class ServingSystem(ABC):
 
     @abstractmethod
     async def generate(self, req: GenerationRequest) -> GenerationResult: ...
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     @abstractmethod
     def stats(self) -> dict[str, Any]:

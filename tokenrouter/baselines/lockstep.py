@@ -145,13 +145,6 @@ class LockstepSystem(ServingSystem):
         engines, self.engines = self.engines, []
         close_engines(engines)
 
-    async def __aenter__(self) -> LockstepSystem:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     # -- client API -------------------------------------------------------------------------------------
     async def generate(self, req: GenerationRequest) -> GenerationResult:
         if self._driver is None or self._closed or self._dead:

@@ -276,13 +276,6 @@ class StdServingSystem(ServingSystem):
             except UserError as exc:
                 log.warning("runtime.trace: model %r server's trace is missing: %s", name, exc)
 
-    async def __aenter__(self) -> StdServingSystem:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     # ---- the dispatcher ------------------------------------------------------------------------------------
     async def generate(self, req: GenerationRequest) -> GenerationResult:
         if self._client is None:

@@ -181,13 +181,6 @@ class TokenRouterFrontend(ServingSystem):
 
     # ---- life cycle ----------------------------------------------------------------------------------------
 
-    async def __aenter__(self) -> TokenRouterFrontend:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     def calibrate(self, requests: list[GenerationRequest], texts: list[str]) -> None:
         """Before start(): a benchmark's whole workload sets `runtime.auto_context_tokens` (unless configured),
         so thresholds=auto plans on the step times at the workload's mean context."""
