@@ -74,3 +74,23 @@ print(isinstance(t, PreTrainedTokenizerFast), t.encode("12+34", add_special_toke
     assert out.returncode == 0, out.stderr
     fast, ids = out.stdout.strip().splitlines()[-1].split(" ", 1)
     assert fast == "True" and len(json.loads(ids)) == 5
+
+
+def test_kernel_stand_ins_import_any_name_and_raise_naming_it_when_called(tmp_path: Path) -> None:
+    code = """
+import sgl_kernel, sgl_kernel.kvcacheio as kv, vllm._custom_ops as ops
+from sgl_kernel.allreduce import init_custom_ar  # a from-import of a CUDA-only name succeeds
+for f in (kv.transfer_kv_all_layer, ops.rotary_embedding, init_custom_ar):
+    try:
+        f(1)
+    except NotImplementedError as e:
+        print(e)
+print(sgl_kernel.__version__, hasattr(sgl_kernel, "__path__"), hasattr(ops, "__wrapped__"))
+"""
+    ran = _child(code, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "sgl_kernel.kvcacheio.transfer_kv_all_layer is a CUDA kernel: not available on CPU",
+        "vllm._custom_ops.rotary_embedding is not available: tokenrouter's CPU stand-in was called",
+        "sgl_kernel.allreduce.init_custom_ar is a CUDA kernel: not available on CPU",
+        "0.3.8 True False"]

@@ -1,11 +1,7 @@
 """Stand-in for sgl_kernel.kvcacheio (CUDA only); see __init__.py."""
 
-from typing import Any
+from cpu_stand_in import raising_names
 
-from sgl_kernel import _cuda_only
+from sgl_kernel import CUDA_ONLY
 
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return _cuda_only("kvcacheio." + name)
+__getattr__ = raising_names("sgl_kernel.kvcacheio", CUDA_ONLY)
