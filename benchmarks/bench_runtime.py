@@ -38,7 +38,6 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict
 
 import idle_state
 import zmq
@@ -105,10 +104,10 @@ class _InProcess:
         self.where = tempfile.mkdtemp(prefix="tokenrouter-loop-")
         self.ctx = zmq.Context()
         self.front = unix_link.Listener(unix_link.frontend_path(self.where))
-        rt = asdict(RuntimeConfig(thresholds=[1] * len(models), peer_link="direct", max_batch_size=1024))
+        rt = RuntimeConfig(thresholds=[1] * len(models), peer_link="direct", max_batch_size=1024)
         self.subs: list[Subserver] = []
         for i, m in enumerate(models):
-            cfg = SubserverConfig(i, [x.to_dict() for x in models], algorithm, params, rt, "", "ipc", self.where)
+            cfg = SubserverConfig(i, models, AlgorithmSpec(algorithm, params), rt, "", self.where)
             inbox, _ = bind_inbox(self.ctx, "ipc", self.where, f"model{i}")
             algo = build_algorithm(algorithm, i, [x.name for x in models], params)
             self.subs.append(Subserver(cfg, SimEngine.from_spec(m), algo, self.ctx, inbox,

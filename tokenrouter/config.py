@@ -1,8 +1,10 @@
 """Typed views of the Hydra config: the model set, the algorithm and the runtime switches.
 
 Hydra/OmegaConf gives nested dicts; these dataclasses validate them once, with one clear error naming the
-bad field, so the rest of the code works with plain typed objects (and they travel to subserver processes
-as msgpack-able dicts via `asdict`).
+bad field, so the rest of the code works with plain typed objects. They travel to child processes as they are:
+inside a typed config (runtime/subserver.py:SubserverConfig, engine/tp.py:RankConfig) that msgspec encodes once
+in the parent and decodes once in the child, where `__post_init__` runs again as the type's own invariant
+(msgspec calls it on decode); `from_dict` (unknown keys, OmegaConf containers) is for the composed config only.
 """
 
 from __future__ import annotations
@@ -207,6 +209,11 @@ class RuntimeConfig:
             raise UserError(f"runtime.ipc must be 'ipc' or 'tcp', got {self.ipc!r}")
         if self.peer_link not in ("direct", "zmq"):
             raise UserError(f"runtime.peer_link must be 'direct' or 'zmq', got {self.peer_link!r}")
+
+    @property
+    def direct_links(self) -> bool:
+        """The runtime's links are direct AF_UNIX streams (ipc with peer_link=direct), else ZeroMQ."""
+        return self.ipc == "ipc" and self.peer_link == "direct"
 
     @classmethod
     def from_dict(cls, data: Any) -> RuntimeConfig:

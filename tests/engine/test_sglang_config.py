@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from tokenrouter.config import ModelSpec
-from tokenrouter.engine.factory import build_engine
+from tokenrouter.engine.factory import build_engine, prepare_models
 from tokenrouter.errors import UserError
 
 
@@ -18,7 +18,7 @@ def _model_dir(tmp_path):
 
 def test_tensor_parallelism_on_cpu_is_refused(tmp_path) -> None:
     with pytest.raises(UserError, match="SGLang tensor parallelism needs CUDA"):
-        build_engine(ModelSpec(name="m", source=_model_dir(tmp_path), engine="sglang", tp=2))
+        prepare_models([ModelSpec(name="m", source=_model_dir(tmp_path), engine="sglang", tp=2)])
 
 
 def test_cuda_graph_must_be_a_bool() -> None:

@@ -14,7 +14,7 @@ import torch
 
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import EngineFailure, StepItem
-from tokenrouter.engine.factory import build_engine
+from tokenrouter.engine.factory import build_engine, prepare_models
 from tokenrouter.errors import UserError
 
 
@@ -68,8 +68,9 @@ def test_tp2_equals_tp1_step_by_step(source: str) -> None:
 
 
 def test_bad_tp_settings_are_one_line() -> None:
+    """The TP checks run once, where the set is planned (prepare_models), before any subserver or rank."""
     with pytest.raises(UserError, match="tp=4 must divide its 8 attention heads and 2 KV heads"):
-        build_engine(_spec("tiny-random:large", 4))
+        prepare_models([_spec("tiny-random:large", 4)])
     with pytest.raises(UserError, match="not available on engine 'sim'"):
         ModelSpec(name="s", engine="sim", tp=2)
 
@@ -151,19 +152,35 @@ def test_rank0s_gpu_is_the_current_device_of_every_thread_that_steps_it(monkeypa
         engine.close()
 
 
-def test_an_sglang_group_is_refused_on_cpu_before_any_rank_starts(tmp_path) -> None:
+def test_an_sglang_group_is_refused_on_cpu_before_any_rank_starts() -> None:
     """engine=sglang with tp > 1 goes through the same rank-0 orchestration (build_engine -> TensorParallelEngine);
-    SGLang's collectives need CUDA, so on CPU it stops with one line before spawning a rank, and a rank told to
-    start an sglang shard on CPU (start_rank's dispatch) stops the same way."""
-    from tokenrouter.engine.tp import RankConfig, start_rank
-
+    SGLang's collectives need CUDA, so on CPU the set is refused with one line where it is planned, before any
+    subserver or rank process starts (the ranks take their spec as checked)."""
     before = set(_children())
     spec = ModelSpec(name="big", source="tiny-random:small", engine="sglang", kv_tokens=2048, tp=2)
     with pytest.raises(UserError, match="SGLang tensor parallelism needs CUDA"):
-        build_engine(spec)
+        prepare_models([spec])
     assert set(_children()) == before
-    with pytest.raises(UserError, match="SGLang tensor parallelism needs CUDA"):
-        start_rank(RankConfig(spec.to_dict(), 1, 2, str(tmp_path / "store"), [1, 2]))
+
+
+def test_rank_config_round_trips_and_a_malformed_one_is_one_line() -> None:
+    """A rank's config crosses typed: what rank 0 encodes (children.spawn) the rank decodes into equal objects;
+    a blob that is not one is one line on stderr and exit status 1."""
+    import msgspec
+
+    from tokenrouter.children import child_env, decode_config
+    from tokenrouter.engine.tp import RankConfig
+
+    cfg = RankConfig(_spec("tiny-random:small", 2), 1, "cuda:3", "/tmp/store", [7, 8], {"LOCAL_RANK": "3"})
+    back = decode_config(msgspec.msgpack.encode(cfg), RankConfig)
+    assert back == cfg and isinstance(back.spec, ModelSpec) and back.spec.tp == 2
+    for blob in (b"\xc1", msgspec.msgpack.encode({"spec": {"name": "x"}, "rank": 1})):
+        with pytest.raises(UserError, match=r"^malformed RankConfig on stdin \(\d+ bytes\): "):
+            decode_config(blob, RankConfig)
+    proc = subprocess.run([sys.executable, "-m", "tokenrouter.engine.tp_worker"], input=b"\xc1", capture_output=True,
+                          env=child_env(), timeout=120)
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 1 and len(err.splitlines()) == 1 and "malformed RankConfig on stdin" in err
 
 
 def _children() -> list[int]:

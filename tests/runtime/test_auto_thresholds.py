@@ -17,7 +17,13 @@ from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest
 from tokenrouter.perfmodel import auto_thresholds, preset_for_algorithm
 from tokenrouter.runtime.frontend import TokenRouterFrontend
-from tokenrouter.runtime.threshold_planner import auto_table, model_latency, plan_thresholds, workload_context
+from tokenrouter.runtime.threshold_planner import (
+    auto_table,
+    model_latency,
+    plan_thresholds,
+    startup_profiles,
+    workload_context,
+)
 
 MAX_N = 6
 
@@ -112,3 +118,14 @@ def test_the_workload_sets_the_context_and_a_bad_one_is_a_one_line_error() -> No
     with pytest.raises(UserError, match="auto_context_tokens must be null or an integer >= 1") as err:
         RuntimeConfig.from_dict({"auto_context_tokens": 0})
     assert "\n" not in str(err.value)
+
+
+def test_the_front_end_decides_which_subservers_profile_at_startup() -> None:
+    """One decision, made by the front end and sent to each subserver as a fact: a `latency_profile: auto` model
+    is profiled when thresholds=auto or policy=optimal plans on the latencies (delayed batching on, 2+ models)."""
+    models = [ModelSpec(name="s", engine="sim", latency_profile="auto"), ModelSpec(name="l", engine="sim")]
+    assert startup_profiles(models, RuntimeConfig()) == [True, False]
+    assert startup_profiles(models, RuntimeConfig(thresholds=[1, 2])) == [False, False]
+    assert startup_profiles(models, RuntimeConfig(thresholds=[1, 2], policy="optimal")) == [True, False]
+    assert startup_profiles(models, RuntimeConfig(delayed_batching=False, policy="optimal")) == [False, False]
+    assert startup_profiles(models[:1], RuntimeConfig()) == [False]

@@ -15,7 +15,7 @@ from tokenrouter.engine.profiling import profile_at_startup
 from tokenrouter.engine.torch_engine import TorchEngine
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest
-from tokenrouter.runtime.threshold_planner import auto_table
+from tokenrouter.runtime.threshold_planner import auto_table, plan_launch_rules
 from tokenrouter.runtime.thresholds import make_feasible
 
 from .conftest import Frontends, greedy_reference, user_algorithms_importable
@@ -42,6 +42,7 @@ def fes():
             "seeded": ([SMALL, LARGE], AlgorithmSpec("user_algorithms.seeded"),
                        RuntimeConfig(thresholds=[1, 2], max_wait_ms=10.0)),
             "profiled": (PROFILED, BERNOULLI, RuntimeConfig(thresholds="auto", auto_max_concurrency=8)),
+            "optimal": (PROFILED, BERNOULLI, RuntimeConfig(thresholds=[1, 2], policy="optimal", auto_max_concurrency=8)),
         })
     yield f
     f.close()
@@ -86,6 +87,20 @@ def test_latency_profile_auto_measures_at_startup_and_sets_the_thresholds(fes) -
     expected = auto_table(PROFILED, BERNOULLI, 8, [profiles["small"], profiles["large"]])
     assert expected is not None  # the throughput model ran on the measured latencies
     assert [fe.thresholds(n) for n in range(1, 9)] == [make_feasible(expected[n], n) for n in range(1, 9)]
+    results = fes.run(fe.generate_many(_reqs(MIXED)))
+    assert all(len(r.output_ids) == NEW for r in results)
+
+
+def test_policy_optimal_with_explicit_thresholds_plans_on_startup_profiles(fes) -> None:
+    """runtime.policy=optimal plans from the same inputs as thresholds=auto, whatever the thresholds: with them
+    explicit, the front end still has the latency_profile=auto models profiled at start-up (it decides, once:
+    threshold_planner.startup_profiles) and launches on the optimal rules, not on plain thresholds."""
+    fe = fes.fe["optimal"]
+    profiles = fe.stats()["latency_profiles"]
+    assert set(profiles) == {"small", "large"}
+    rules, why = plan_launch_rules(PROFILED, BERNOULLI, 8, [profiles["small"], profiles["large"]])
+    assert rules is not None and "throughput model" in why
+    assert fe.launch_rules == rules and fe.thresholds_source == "fixed"
     results = fes.run(fe.generate_many(_reqs(MIXED)))
     assert all(len(r.output_ids) == NEW for r in results)
 

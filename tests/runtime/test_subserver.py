@@ -9,16 +9,16 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 
 import pytest
 import zmq
 
 from tokenrouter.algorithms import build_algorithm
 from tokenrouter.api import PeerRequest
-from tokenrouter.config import ModelSpec, RuntimeConfig, SimSpec
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.sim import SimEngine
+from tokenrouter.errors import UserError
 from tokenrouter.handoff import ProtocolError
 from tokenrouter.runtime.ipc import PushLink, bind_inbox, connect_outbox
 from tokenrouter.runtime.messages import PeerMessage, Peers, RequestMeta, Submit, decode, encode
@@ -44,8 +44,8 @@ def one_model(tmp_path, spec: ModelSpec | None = None, runtime: RuntimeConfig | 
     spec = spec or ModelSpec(name="m", engine="sim", sim=SimSpec(latency_ms=0.0, seed=1))
     frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
     inbox, endpoint = bind_inbox(ctx, "ipc", str(tmp_path), spec.name)
-    cfg = SubserverConfig(0, [spec.to_dict()], "stay", {}, asdict(runtime or RuntimeConfig(thresholds=[1])),
-                          frontend_endpoint, "ipc", str(tmp_path))
+    cfg = SubserverConfig(0, [spec], AlgorithmSpec("stay"), runtime or RuntimeConfig(thresholds=[1]),
+                          frontend_endpoint, str(tmp_path))
     sub = Subserver(cfg, SimEngine.from_spec(spec), build_algorithm("stay", 0, [spec.name], {}), ctx, inbox,
                     PushLink(connect_outbox(ctx, endpoint if loopback else frontend_endpoint)))
     try:
@@ -62,8 +62,8 @@ def test_reply_to_a_peer_waits_for_its_endpoint(tmp_path) -> None:
     small_inbox, small_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "small")
     frontend_inbox, frontend_endpoint = bind_inbox(ctx, "ipc", str(tmp_path), "frontend")
     inbox, _ = bind_inbox(ctx, "ipc", str(tmp_path), "large")
-    cfg = SubserverConfig(1, [m.to_dict() for m in MODELS], "bernoulli", {"route_prob": 1.0},
-                          asdict(RuntimeConfig(thresholds=[1, 1])), frontend_endpoint, "ipc", str(tmp_path))
+    cfg = SubserverConfig(1, MODELS, AlgorithmSpec("bernoulli", {"route_prob": 1.0}), RuntimeConfig(thresholds=[1, 1]),
+                          frontend_endpoint, str(tmp_path))
     algo = build_algorithm("bernoulli", 1, ["small", "large"], {"route_prob": 1.0})
     sub = Subserver(cfg, SimEngine.from_spec(MODELS[1]), algo, ctx, inbox,
                     PushLink(connect_outbox(ctx, frontend_endpoint)))
@@ -226,3 +226,34 @@ def test_the_route_clock_keeps_another_timer_of_the_process() -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, before)
+
+
+def test_subserver_config_crosses_typed_and_a_malformed_one_is_one_line() -> None:
+    """What the front end encodes (children.spawn) the subserver decodes once into the same types, equal to the
+    parent's objects; a blob that is not a SubserverConfig is one line on stderr and exit status 1."""
+    import subprocess
+    import sys
+
+    import msgspec
+
+    from tokenrouter.children import child_env, decode_config
+    from tokenrouter.config import Footprint
+    from tokenrouter.runtime.ipc import CurveKeys
+
+    models = [MODELS[0], ModelSpec(name="large", source="tiny-random:large", tp=2, latency_profile="auto",
+                                   footprint=Footprint(10, 2, 8, 2, 16))]
+    cfg = SubserverConfig(1, models, AlgorithmSpec("bernoulli", {"route_prob": 0.5, "nested": {"a": [1, 2]}}),
+                          RuntimeConfig(thresholds=[[1, 1], [1, 2]], policy="optimal", max_wait_ms=7.5),
+                          "ipc:///x/frontend", "/x", CurveKeys("pub", "sec"), startup_profile=True)
+    back = decode_config(msgspec.msgpack.encode(cfg), SubserverConfig)
+    assert back == cfg
+    assert isinstance(back.spec, ModelSpec) and back.spec.tp == 2 and isinstance(back.spec.footprint, Footprint)
+    assert isinstance(back.runtime, RuntimeConfig) and back.runtime.max_wait_ms == 7.5
+    assert isinstance(back.keys, CurveKeys) and isinstance(back.algorithm, AlgorithmSpec)
+    bad_runtime = msgspec.msgpack.encode({**msgspec.to_builtins(cfg), "runtime": {"max_wait_ms": -1}})
+    with pytest.raises(UserError, match=r"^malformed SubserverConfig on stdin .*runtime.max_wait_ms must be"):
+        decode_config(bad_runtime, SubserverConfig)
+    proc = subprocess.run([sys.executable, "-m", "tokenrouter.runtime.subserver"], input=b"not msgpack",
+                          capture_output=True, env=child_env(), timeout=60)
+    err = proc.stderr.decode().strip()
+    assert proc.returncode == 1 and len(err.splitlines()) == 1 and "malformed SubserverConfig on stdin" in err

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenrouter.config import ModelSpec
+from tokenrouter.engine.loader import refuse_sglang_tp_on_cpu
 from tokenrouter.engine.sglang_args import rank_placement, server_env, server_kv_flags
 from tokenrouter.engine.sglang_engine import CPU_SHIM, SGLANG_VERSION
 from tokenrouter.errors import UserError
@@ -79,8 +80,7 @@ def sglang_command(spec: ModelSpec, model_path: str, port: int, seed: int, hidde
     if spec.engine == "sim":
         raise UserError(f"model {spec.name!r} is a sim engine; an SGLang server serves real weights only")
     on_cpu = spec.device == "cpu"
-    if on_cpu and spec.tp > 1:
-        raise UserError(f"model {spec.name!r}: SGLang's tensor parallelism needs CUDA; tp={spec.tp} on device cpu")
+    refuse_sglang_tp_on_cpu(spec)
     cmd = [sglang_python(opts.python), "-m", "sglang.launch_server", "--model-path", model_path,
            "--host", "127.0.0.1", "--port", str(port), "--tp-size", str(spec.tp), "--dtype", spec.dtype,
            "--random-seed", str(seed), "--enable-metrics", "--sleep-on-idle", "--log-level", "warning"]

@@ -54,12 +54,15 @@ def close_engines(engines: list[Engine]) -> None:
 
 
 def prepare_models(specs: list[ModelSpec]) -> list[ModelSpec]:
-    """Run once in the bench / serve process before any engine loads: download Hub models, then plan GPU
-    memory jointly (one line if the set cannot fit). Returns the specs the engines must be built from."""
+    """Run once in the bench / serve process before any engine loads: the tensor-parallel checks (the only
+    place they run: loader.check_tp), download Hub models, then plan GPU memory jointly (one line if the set
+    cannot fit). Returns the specs the engines must be built from."""
     from tokenrouter.engine.download import download_all
-    from tokenrouter.engine.loader import loadable_source
+    from tokenrouter.engine.loader import check_tp, loadable_source
     from tokenrouter.engine.memory_plan import plan_specs
 
+    for spec in specs:  # first, as the front end's constructor checked before: a Hub config.json at most
+        check_tp(spec)
     missing = [s for s in specs if s.engine != "sim" and not loadable_source(s.source).is_local]
     # a set that cannot fit fails before any download, where every missing model's size is recorded
     if missing and all(s.footprint is not None for s in missing):

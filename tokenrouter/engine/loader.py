@@ -9,13 +9,18 @@ misconfigured should say so, not print a transformers traceback.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenrouter.errors import UserError, first_line
 
+if TYPE_CHECKING:
+    from tokenrouter.config import ModelSpec
+
 DTYPES = ("float32", "float16", "bfloat16")
+_HF_IMPORT = threading.Lock()
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
@@ -115,8 +120,19 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
+def _hf(name: str) -> Any:
+    """`transformers.<name>`, resolved under a lock: transformers' lazy top-level import is not thread-safe, and
+    `tokenrouter serve` loads the tokenizer in one thread while the front end checks and plans the models
+    (check_tp, the memory plan: load_config) in another ("cannot import name 'AutoConfig'")."""
+    with _HF_IMPORT:
+        import transformers
+
+        return getattr(transformers, name)
+
+
 def _from_pretrained(fn: Any, src: ResolvedSource, what: str, **kwargs: Any) -> Any:
-    from transformers.utils import logging as hf_logging
+    with _HF_IMPORT:
+        from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # CLI output stays one JSON line per result
     extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
@@ -146,12 +162,10 @@ def placement(device: str, tp: int) -> dict[str, Any]:
 def load_model(source: str, dtype: str = "float32", device: str = "cpu", tp: int = 1):
     """The model (eval mode, on `device`) for `source`; with tp > 1 this rank's shard under the model's own
     TP plan (torch.distributed must already be initialised: engine/tp.py)."""
-    from transformers import AutoModelForCausalLM
-
     src = loadable_source(source)
     extra = _gguf_overrides(Path(src.location) / src.gguf_file) if src.gguf_file else {}
     extra.update(placement(device, tp))
-    model = _from_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch_dtype(dtype), **extra)
+    model = _from_pretrained(_hf("AutoModelForCausalLM").from_pretrained, src, "model", dtype=torch_dtype(dtype), **extra)
     try:
         model = model.to(device)
     except (RuntimeError, AssertionError) as exc:
@@ -159,13 +173,27 @@ def load_model(source: str, dtype: str = "float32", device: str = "cpu", tp: int
     return model.eval()
 
 
-def check_tp(source: str, tp: int, name: str) -> None:
-    """One line before any rank starts if `tp` cannot split the model's attention heads evenly."""
-    cfg = load_config(source)
+def refuse_sglang_tp_on_cpu(spec: ModelSpec) -> None:
+    """SGLang's tensor-parallel collectives need CUDA: the one line for it (our sglang engine's TP group, from
+    check_tp, and the baselines' SGLang servers, baselines/sglang_server.py)."""
+    if spec.tp > 1 and spec.device == "cpu":
+        raise UserError(f"model {spec.name!r}: SGLang tensor parallelism needs CUDA (tp={spec.tp} on cpu)")
+
+
+def check_tp(spec: ModelSpec) -> None:
+    """The tensor-parallel checks, in one place, run once per model by the process that plans the set before
+    any subserver or rank starts (engine/factory.py:prepare_models): our sglang engine's TP needs CUDA, and `tp`
+    must split the model's attention heads evenly. The processes below it take the spec as checked."""
+    if spec.tp <= 1 or spec.engine not in ("torch", "sglang"):  # sim refuses tp > 1 itself; plugins place their own
+        return
+    if spec.engine == "sglang":
+        refuse_sglang_tp_on_cpu(spec)
+    cfg = load_config(spec.source)
     heads = int(cfg.num_attention_heads)
     kv_heads = int(getattr(cfg, "num_key_value_heads", None) or heads)
-    if heads % tp or kv_heads % tp:
-        raise UserError(f"model {name!r}: tp={tp} must divide its {heads} attention heads and {kv_heads} KV heads")
+    if heads % spec.tp or kv_heads % spec.tp:
+        raise UserError(f"model {spec.name!r}: tp={spec.tp} must divide its {heads} attention heads and {kv_heads} "
+                        "KV heads")
 
 
 def _gguf_overrides(path: Path) -> dict[str, Any]:
@@ -186,15 +214,11 @@ def load_tokenizer(source: str):
     """The tokenizer for `source`, or None for engines without weights (empty source)."""
     if not source:
         return None
-    from transformers import AutoTokenizer
-
-    return _from_pretrained(AutoTokenizer.from_pretrained, loadable_source(source), "tokenizer")
+    return _from_pretrained(_hf("AutoTokenizer").from_pretrained, loadable_source(source), "tokenizer")
 
 
 def load_config(source: str):
     """The model's config alone (no weights): what a server needs to know up front, e.g. its context length."""
-    from transformers import AutoConfig
-
     src = loadable_source(source)
     extra = {"gguf_file": src.gguf_file} if src.gguf_file else {}
-    return _from_pretrained(AutoConfig.from_pretrained, src, "config", **extra)
+    return _from_pretrained(_hf("AutoConfig").from_pretrained, src, "config", **extra)

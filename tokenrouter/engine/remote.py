@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import msgspec
 
-from tokenrouter.children import child_env, die_with_parent
+from tokenrouter.children import child_env, decode_config, die_with_parent
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import ALL_STEP_OUTPUTS, Engine, EngineFailure, StepItem, StepOutput, StepOutputs
 from tokenrouter.errors import UserError
@@ -105,7 +105,7 @@ class RemoteEngine(Engine):
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._to, self._from = self._proc.stdin, self._proc.stdout
         try:
-            _send(self._to, msgspec.json.encode(spec.to_dict()))
+            _send(self._to, msgspec.msgpack.encode(spec))  # typed: decoded once by the host (decode_config)
             self._reply_decoder = msgspec.msgpack.Decoder(Reply)
             ready = msgspec.convert(self._reply().value, Ready)
         except BaseException:
@@ -213,7 +213,7 @@ def main() -> None:
 
     engine = None
     try:
-        spec = ModelSpec.from_dict(msgspec.json.decode(_receive(channel_in) or b"{}"))
+        spec = decode_config(_receive(channel_in) or b"", ModelSpec)
         engine = build_engine(spec)
         ready = Ready(list(engine.eos_token_ids), engine.vocab_size, engine.hidden_size, engine.max_positions,
                       str(engine.device))

@@ -114,9 +114,7 @@ class SGLangEngine(Engine):
         `ports`: build_engine() builds the group)."""
         from tokenrouter.engine.loader import local_dir, resolve_source
 
-        if spec.tp > 1 and spec.device == "cpu":
-            raise UserError(f"model {spec.name!r}: SGLang tensor parallelism needs CUDA (tp={spec.tp} on cpu)")
-        if spec.tp > 1 and not ports:
+        if spec.tp > 1 and not ports:  # tp checks (CUDA, heads): loader.check_tp, before the group started
             raise UserError(f"model {spec.name!r}: a tp={spec.tp} sglang engine is a group of rank processes; "
                             "build it with tokenrouter.engine.factory.build_engine")
         if spec.device.startswith("cuda") and not torch.cuda.is_available():

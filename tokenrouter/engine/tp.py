@@ -1,7 +1,8 @@
 """Tensor parallelism for the torch and sglang engines: one process per rank, rank 0 drives, the others mirror.
 
 Why this shape: the subserver (or `tokenrouter generate`) stays one scheduler. It is rank 0; it starts ranks
-1..N-1 as `python -m tokenrouter.engine.tp_worker` (config as msgpack on stdin, no pickle), and every call that
+1..N-1 as `python -m tokenrouter.engine.tp_worker` (a typed RankConfig as msgpack on stdin: children.spawn, no
+pickle; the TP checks ran once before, in the process that planned the models: loader.check_tp), and every call that
 changes KV state (step, release, truncate) is first broadcast to them as one msgpack frame over a gloo
 group, then run on every rank: the model's TP layers make the forward itself collective (transformers' TP
 plan for torch; SGLang's parallel linear layers for sglang, each rank an SGLang TpModelWorker as SGLang's own
@@ -19,19 +20,19 @@ import datetime
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
+import msgspec
 import torch
 import torch.distributed as dist
 
-from tokenrouter.children import child_env
+from tokenrouter.children import spawn
 from tokenrouter.config import ModelSpec
 from tokenrouter.engine.base import (
     ALL_STEP_OUTPUTS,
@@ -53,34 +54,32 @@ T = TypeVar("T")
 STEP, RELEASE, TRUNCATE, CLOSE = 1, 2, 3, 4
 
 
-@dataclass
-class RankConfig:
-    """What a worker rank needs (sent on its stdin)."""
+class RankConfig(msgspec.Struct, frozen=True):
+    """What a worker rank needs (msgpack on its stdin: children.spawn / decode_config), decided by rank 0."""
 
-    spec: dict[str, Any]
+    spec: ModelSpec  # the model's spec as rank 0 has it (spec.tp: the world size)
     rank: int
-    world: int
+    device: str  # this rank's device (placement.rank_device)
     store: str  # the file store's path (torch ranks)
-    ports: list[int] = field(default_factory=list)  # sglang ranks: [dist_port, nccl_port], picked by rank 0
-
-    def to_blob(self) -> bytes:
-        return msgpack.packb(asdict(self), use_bin_type=True)
+    ports: list[int] = msgspec.field(default_factory=list)  # sglang ranks: [dist_port, nccl_port], picked by rank 0
+    env: dict[str, str] = msgspec.field(default_factory=dict)  # set before loading (placement.rank_env)
 
     @classmethod
-    def from_blob(cls, blob: bytes) -> RankConfig:
-        return cls(**msgpack.unpackb(blob, raw=False))
+    def of(cls, spec: ModelSpec, rank: int, store: str, ports: list[int]) -> RankConfig:
+        """Rank `rank`'s config, its placement decided here (by rank 0) once."""
+        device = rank_device(spec, rank)
+        return cls(spec, rank, device, store, ports, rank_env(device))
 
 
 def init_group(cfg: RankConfig) -> Any:
     """Join the process group (NCCL for GPU forwards, gloo on CPU) and return the gloo group for commands."""
-    device = rank_device(ModelSpec.from_dict(cfg.spec), cfg.rank)
-    os.environ.update(rank_env(device))  # before transformers loads this rank's shard
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    backend = "nccl" if device.startswith("cuda") else "gloo"
+    os.environ.update(cfg.env)  # before transformers loads this rank's shard
+    if cfg.device.startswith("cuda"):
+        torch.cuda.set_device(cfg.device)
+    backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # rank-to-rank traffic stays on loopback
     timeout = datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S)
-    dist.init_process_group(backend, init_method=f"file://{cfg.store}", rank=cfg.rank, world_size=cfg.world,
+    dist.init_process_group(backend, init_method=f"file://{cfg.store}", rank=cfg.rank, world_size=cfg.spec.tp,
                             timeout=timeout)
     return dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else dist.group.WORLD
 
@@ -89,17 +88,15 @@ def build_rank_engine(cfg: RankConfig) -> TorchEngine:
     """This rank's TorchEngine over its shard (every rank runs the same code, so the collectives pair up)."""
     from tokenrouter.engine.torch_engine import TorchEngine
 
-    spec = ModelSpec.from_dict({**cfg.spec, "device": rank_device(ModelSpec.from_dict(cfg.spec), cfg.rank)})
-    return TorchEngine.from_spec(spec, tp=cfg.world)
+    return TorchEngine.from_spec(replace(cfg.spec, device=cfg.device), tp=cfg.spec.tp)
 
 
 def start_rank(cfg: RankConfig) -> tuple[Any, Engine]:
     """Join the group and load this rank's shard: (the group commands travel on, the rank's engine)."""
-    spec = ModelSpec.from_dict(cfg.spec)
-    if spec.engine == "sglang":
+    if cfg.spec.engine == "sglang":
         from tokenrouter.engine.sglang_engine import SGLangEngine
 
-        engine = SGLangEngine(spec, rank=cfg.rank, ports=cfg.ports)
+        engine = SGLangEngine(cfg.spec, rank=cfg.rank, ports=cfg.ports)
         return engine.command_group(), engine
     group = init_group(cfg)
     return group, build_rank_engine(cfg)
@@ -148,32 +145,23 @@ class TensorParallelEngine(Engine):
     """Rank 0 of a TP group: forwards every state change to the worker ranks, then runs it on its own shard."""
 
     def __init__(self, spec: ModelSpec) -> None:
-        from tokenrouter.engine.loader import check_tp
-
-        if spec.engine == "sglang" and spec.device == "cpu":  # before any rank process starts
-            raise UserError(f"model {spec.name!r}: SGLang tensor parallelism needs CUDA (tp={spec.tp} on cpu)")
-        check_tp(spec.source, spec.tp, spec.name)
+        """`spec` passed loader.check_tp in the process that planned the models (engine/factory.py:prepare_models)."""
         self._dir: Path | None = Path(tempfile.mkdtemp(prefix="tokenrouter-tp-"))  # 0700
         self.procs: list[subprocess.Popen] = []
         self.group: Any = None
         self.broken = False  # a broadcast call failed on rank 0: the group is out of step
         self.name = spec.name
-        # CUDA's current device is per thread, and rank 0 starts in a helper thread while the subserver (or
-        # lock-step's driver) steps it in another; SGLang builds per-step tensors on the bare "cuda" device
-        self.cuda_device = rank_device(spec, 0) if spec.device.startswith("cuda") else None
-        self._bound_threads: set[int] = set()
         store = str(self._dir / "store")
         ports = rank_ports(spec.engine)
+        ranks = [RankConfig.of(spec, rank, store, ports) for rank in range(spec.tp)]
+        # CUDA's current device is per thread, and rank 0 starts in a helper thread while the subserver (or
+        # lock-step's driver) steps it in another; SGLang builds per-step tensors on the bare "cuda" device
+        self.cuda_device = ranks[0].device if spec.device.startswith("cuda") else None
+        self._bound_threads: set[int] = set()
         try:
-            for rank in range(1, spec.tp):
-                blob = RankConfig(spec.to_dict(), rank, spec.tp, store, ports).to_blob()
-                proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.engine.tp_worker"], stdin=subprocess.PIPE,
-                                        env=child_env())
-                assert proc.stdin is not None
-                proc.stdin.write(blob)
-                proc.stdin.close()
-                self.procs.append(proc)
-            self.group, self.inner = self._start_rank0(RankConfig(spec.to_dict(), 0, spec.tp, store, ports))
+            for cfg in ranks[1:]:
+                self.procs.append(spawn("tokenrouter.engine.tp_worker", cfg))
+            self.group, self.inner = self._start_rank0(ranks[0])
         except BaseException:
             self.close()
             raise

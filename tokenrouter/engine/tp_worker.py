@@ -1,4 +1,4 @@
-"""A tensor-parallel worker rank (`python -m tokenrouter.engine.tp_worker`, RankConfig as msgpack on stdin).
+"""A tensor-parallel worker rank (`python -m tokenrouter.engine.tp_worker`, a RankConfig as msgpack on stdin).
 
 It loads its shard, then mirrors rank 0: every command rank 0 broadcasts (step, release, truncate) is run
 here in the same order, so each collective inside the forward meets its partner. It exits 0 when told to
@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 
-from tokenrouter.children import die_with_parent
+from tokenrouter.children import decode_config, die_with_parent
 from tokenrouter.engine.tp import RankConfig, apply_command, recv_command, start_rank
 from tokenrouter.errors import first_line
 from tokenrouter.heap import freeze_startup
@@ -20,7 +20,11 @@ from tokenrouter.heap import freeze_startup
 def main(blob: bytes) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front end, which shuts rank 0 down
     die_with_parent()
-    cfg = RankConfig.from_blob(blob)
+    try:
+        cfg = decode_config(blob, RankConfig)
+    except Exception as exc:
+        print(f"tensor-parallel rank: {first_line(exc)}", file=sys.stderr)
+        return 1
     try:
         group, engine = start_rank(cfg)
         freeze_startup()  # a full collection in one rank would stall every rank at the next collective

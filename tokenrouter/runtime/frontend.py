@@ -26,7 +26,7 @@ from tokenrouter.algorithms import algorithm_class, build_algorithm
 from tokenrouter.api import AlgorithmFailure
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.factory import prepare_models
-from tokenrouter.engine.loader import check_source, check_tp
+from tokenrouter.engine.loader import check_source
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.messages import (
@@ -45,7 +45,12 @@ from tokenrouter.runtime.messages import (
     encode,
 )
 from tokenrouter.runtime.supervisor import RuntimeFailure, Subservers
-from tokenrouter.runtime.threshold_planner import AutoThresholds, plan_launch_rules, workload_context
+from tokenrouter.runtime.threshold_planner import (
+    AutoThresholds,
+    plan_launch_rules,
+    startup_profiles,
+    workload_context,
+)
 from tokenrouter.runtime.thresholds import ThresholdTable
 from tokenrouter.stats import RuntimeModelStats, RuntimeStats, SubserverCounters
 from tokenrouter.system import ServingSystem
@@ -196,17 +201,20 @@ class TokenRouterFrontend(ServingSystem):
         # downloads and the memory plan come first: the start-up timeout below covers loading alone
         self.models = await asyncio.to_thread(prepare_models, self.models)
         rt = self.runtime
+        profiles = startup_profiles(self.models, rt)  # decided here, once; each subserver is told its answer
         auto = AutoThresholds(self.models, self.algorithm, rt.auto_max_concurrency, rt.auto_context_tokens) \
             if rt.thresholds == "auto" and rt.delayed_batching else None
         if auto is not None and not auto.waits_for_profiles:  # search (or read the disk cache) off the loop
             self.thresholds, self.thresholds_source = await auto.plan()
-        self.subservers = Subservers(self.models, self.algorithm, rt, self._on_report, self._on_death)
+        self.subservers = Subservers(self.models, self.algorithm, rt, self._on_report, self._on_death, profiles)
         try:
             ready = await self.subservers.start()
+            measured = [r.profile for r in ready]
+            self.latency_profiles = {m.name: p for m, p in zip(self.models, measured, strict=True) if p}
             if auto is not None:
-                await self._auto_after_ready(auto, [r.profile for r in ready])
+                await self._auto_after_ready(auto, measured)
             if rt.policy == "optimal" and rt.delayed_batching:
-                await self._plan_rules([r.profile for r in ready])
+                await self._plan_rules(measured)
         except BaseException:
             await self.close()
             raise
@@ -218,7 +226,6 @@ class TokenRouterFrontend(ServingSystem):
         """thresholds=auto once every subserver is up: plan from their start-up profiles (if the models asked
         for them), and keep re-planning from measured routing rates if the algorithm's rates follow them."""
         if auto.waits_for_profiles:
-            self.latency_profiles = {m.name: p for m, p in zip(self.models, measured, strict=True) if p}
             self.thresholds, self.thresholds_source = await auto.plan(measured)
         if auto.can_retune(measured):
             self._tasks.append(asyncio.create_task(auto.retune(measured, self._routes, lambda: self.thresholds,
@@ -470,9 +477,7 @@ def _checked_algorithm(algorithm: AlgorithmSpec, models: list[ModelSpec]) -> Alg
     bad parameters, model or router files are one line now, and so is a plugin whose constructor raises."""
     for model in models:
         if model.engine == "torch":
-            check_source(model.source)
-            if model.tp > 1:
-                check_tp(model.source, model.tp, model.name)
+            check_source(model.source)  # tp: loader.check_tp, in start() (engine/factory.py:prepare_models)
     names = [m.name for m in models]
     try:
         params = algorithm_class(algorithm.name).resolve_params(dict(algorithm.params))

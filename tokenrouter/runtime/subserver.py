@@ -30,19 +30,17 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import msgspec
 import zmq
 
 from tokenrouter import handoff
 from tokenrouter.algorithms import build_algorithm
 from tokenrouter.api import PeerRequest, RouterRequest, RoutingAlgorithm, StepResult
-from tokenrouter.children import die_with_parent
-from tokenrouter.config import AUTO_PROFILE, ModelSpec, RuntimeConfig
+from tokenrouter.children import decode_config, die_with_parent
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.base import Engine, EngineFailure, StepItem, StepOutput, StepOutputName, StepOutputs
 from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
@@ -183,30 +181,23 @@ def one_line(text: str, limit: int = ERROR_CHARS) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-@dataclass
-class SubserverConfig:
-    """Everything a subserver process needs, sent to it as one msgpack blob (no pickle of our objects)."""
+class SubserverConfig(msgspec.Struct, frozen=True):
+    """Everything a subserver process needs, typed: the front end encodes it once (children.spawn, msgpack on
+    stdin, no pickle of our objects) and the subserver decodes it once (children.decode_config), into these
+    same types; nothing below re-parses it. What the front end decided comes as facts (`startup_profile`)."""
 
     index: int
-    models: list[dict[str, Any]]
-    algorithm: str
-    algorithm_params: dict[str, Any]
-    runtime: dict[str, Any]
+    models: list[ModelSpec]  # the planned set (engine/factory.py:prepare_models), entry model first
+    algorithm: AlgorithmSpec  # its parameters resolved (frontend._checked_algorithm)
+    runtime: RuntimeConfig
     frontend: str  # the front end's inbox endpoint
-    transport: str  # "ipc" | "tcp"
-    where: str  # ipc: private dir; tcp: host to bind
-    curve: dict[str, str] | None = None  # tcp: the run's CURVE keys (CurveKeys fields); stdin only, never logged
+    where: str  # runtime.ipc=ipc: private dir; tcp: host to bind
+    keys: CurveKeys | None = None  # tcp: the run's CURVE keys; stdin only, never logged
+    startup_profile: bool = False  # measure this model's step latencies at start-up (threshold_planner.startup_profiles)
 
     @property
-    def keys(self) -> CurveKeys | None:
-        return None if self.curve is None else CurveKeys(**self.curve)
-
-    def to_blob(self) -> bytes:
-        return msgpack.packb(asdict(self), use_bin_type=True)
-
-    @classmethod
-    def from_blob(cls, blob: bytes) -> SubserverConfig:
-        return cls(**msgpack.unpackb(blob, raw=False))
+    def spec(self) -> ModelSpec:
+        return self.models[self.index]
 
 
 class Counters:
@@ -251,9 +242,8 @@ class Subserver:
                  inbox: zmq.Socket, to_frontend: PushLink | Link, listener: Listener | None = None) -> None:
         self.index = cfg.index
         self.num_models = len(cfg.models)
-        self.algorithm_name = cfg.algorithm
-        spec = ModelSpec.from_dict(cfg.models[cfg.index])
-        rt = RuntimeConfig.from_dict(cfg.runtime)
+        self.algorithm_name = cfg.algorithm.name
+        spec, rt = cfg.spec, cfg.runtime
         self.engine = engine
         self.algo = algo
         capacity = engine.tokens_free() + engine.tokens_used()
@@ -609,15 +599,16 @@ def _row(values: Any, row: int, wanted: int) -> list[float] | None:
     return values[row].float().tolist() if wanted and values is not None else None
 
 
-def _startup_profile(cfg: SubserverConfig, spec: ModelSpec, engine: Engine, rt: RuntimeConfig) -> dict[str, Any] | None:
-    """`latency_profile: auto`: this engine's step latencies for `thresholds=auto` (measured once, cached;
-    a model served alone has no thresholds to choose)."""
-    if spec.latency_profile != AUTO_PROFILE or rt.thresholds != "auto" or not rt.delayed_batching or len(cfg.models) < 2:
+def _startup_profile(cfg: SubserverConfig, engine: Engine) -> dict[str, Any] | None:
+    """`latency_profile: auto`: this engine's step latencies (measured once, cached) when the front end asked
+    for them (`cfg.startup_profile`: it decided, threshold_planner.startup_profiles)."""
+    if not cfg.startup_profile:
         return None
     from tokenrouter.cache import cache_dir
     from tokenrouter.engine.profiling import profile_at_startup
 
-    return profile_at_startup(engine, cfg.models, cfg.index, rt.auto_max_concurrency, cache_dir() / "profiles")
+    return profile_at_startup(engine, [m.to_dict() for m in cfg.models], cfg.index, cfg.runtime.auto_max_concurrency,
+                              cache_dir() / "profiles")
 
 
 PF_EXITING = 0x4  # /proc/<pid>/stat flags: the process is exiting
@@ -648,17 +639,22 @@ def main(blob: bytes) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the front end, which shuts us down
     signal.signal(signal.SIGTERM, _on_sigterm)
     die_with_parent()
-    cfg = SubserverConfig.from_blob(blob)
+    try:
+        cfg = decode_config(blob, SubserverConfig)
+    except UserError as exc:  # no front end to tell yet: one line on stderr (the front end's log), exit 1
+        print(f"subserver: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
     ctx = zmq.Context()
     keys = cfg.keys
     auth = None if keys is None else start_authenticator(ctx, keys)
-    direct = cfg.transport == "ipc" and RuntimeConfig.from_dict(cfg.runtime).peer_link == "direct"
+    direct = cfg.runtime.direct_links
     to_frontend: PushLink | Link = unix_link.connect(unix_link.frontend_path(cfg.where)) if direct \
         else PushLink(connect_outbox(ctx, cfg.frontend, keys))
     status = 0
     engine: Engine | None = None
     try:
-        spec = ModelSpec.from_dict(cfg.models[cfg.index])
+        spec = cfg.spec
         if spec.engine != "sim":  # a sim subserver never imports torch (seconds of start-up)
             import torch
 
@@ -666,11 +662,11 @@ def main(blob: bytes) -> None:
         from tokenrouter.engine.factory import build_engine
 
         engine = build_engine(spec)
-        names = [m["name"] for m in cfg.models]
-        algo = build_algorithm(cfg.algorithm, cfg.index, names, cfg.algorithm_params)
+        names = [m.name for m in cfg.models]
+        algo = build_algorithm(cfg.algorithm.name, cfg.index, names, cfg.algorithm.params)
         algo.bind(engine)
-        profile = _startup_profile(cfg, spec, engine, RuntimeConfig.from_dict(cfg.runtime))
-        inbox, endpoint = bind_inbox(ctx, cfg.transport, cfg.where, f"model{cfg.index}", keys)
+        profile = _startup_profile(cfg, engine)
+        inbox, endpoint = bind_inbox(ctx, cfg.runtime.ipc, cfg.where, f"model{cfg.index}", keys)
         listener = Listener(unix_link.peer_path(cfg.where, cfg.index)) if direct else None
         ready = Ready(cfg.index, os.getpid(), endpoint, list(engine.eos_token_ids), engine.vocab_size, profile)
         freeze_startup()  # torch and the model out of the cyclic GC's full collections (~100 ms each)
@@ -684,7 +680,7 @@ def main(blob: bytes) -> None:
             text = str(exc)
         else:  # a crash: its traceback goes to the server's log (our stderr is the front end's), never to clients
             text = f"{type(exc).__name__}: {exc}"
-            print(f"subserver of model {cfg.models[cfg.index].get('name')!r} crashed:", file=sys.stderr)
+            print(f"subserver of model {cfg.spec.name!r} crashed:", file=sys.stderr)
             traceback.print_exc()
         to_frontend.send(encode([Fatal(cfg.index, one_line(text))]))
     finally:
@@ -695,7 +691,7 @@ def main(blob: bytes) -> None:
         if auth is not None:
             auth.stop()
         ctx.destroy(linger=0)
-        if cfg.transport == "ipc" and _gone(parent):  # the front end died (SIGKILL) without cleaning up
+        if cfg.runtime.ipc == "ipc" and _gone(parent):  # the front end died (SIGKILL) without cleaning up
             remove_dir(Path(cfg.where))
     sys.stderr.flush()
     os._exit(status)  # everything is flushed; skip the slow interpreter teardown of torch

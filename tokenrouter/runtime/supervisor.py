@@ -16,17 +16,15 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import zmq
 
-from tokenrouter.children import child_env
+from tokenrouter.children import spawn
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.runtime import subserver, unix_link
 from tokenrouter.runtime.ipc import (
@@ -58,8 +56,11 @@ class Subservers:
     requests and closes)."""
 
     def __init__(self, models: list[ModelSpec], algorithm: AlgorithmSpec, runtime: RuntimeConfig,
-                 on_report: Callable[[Report], None], on_death: Callable[[str], Any]) -> None:
+                 on_report: Callable[[Report], None], on_death: Callable[[str], Any],
+                 startup_profiles: list[bool] | None = None) -> None:
         self.models = models
+        # per model: measure its step latencies at start-up (decided by the front end: threshold_planner.py)
+        self.startup_profiles = startup_profiles or [False] * len(models)
         self.model_names = [m.name for m in models]
         self.algorithm = algorithm
         self.runtime = runtime
@@ -120,17 +121,15 @@ class Subservers:
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(self.inbox.getsockopt(zmq.FD), self.drain)
         self._where = where
-        if rt.ipc == "ipc" and rt.peer_link == "direct":
+        if rt.direct_links:
             self.listener = Listener(unix_link.frontend_path(where))
             self._loop.add_reader(self.listener.fileno(), self._accept)
         _watch(self)
         self._startup = self._loop.create_future()
-        models = [m.to_dict() for m in self.models]
         for i in range(len(self.models)):
-            cfg = subserver.SubserverConfig(i, models, self.algorithm.name, dict(self.algorithm.params),
-                                            asdict(rt), endpoint, rt.ipc, where,
-                                            None if self.keys is None else asdict(self.keys))
-            self.procs.append(_spawn(cfg.to_blob()))
+            cfg = subserver.SubserverConfig(i, self.models, self.algorithm, rt, endpoint, where, self.keys,
+                                            self.startup_profiles[i])
+            self.procs.append(spawn("tokenrouter.runtime.subserver", cfg))
         self._task = asyncio.create_task(self._supervise())
         try:
             await asyncio.wait_for(asyncio.shield(self._startup), rt.startup_timeout_s)
@@ -338,12 +337,3 @@ def _unwatch(group: Subservers) -> None:
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
-
-def _spawn(blob: bytes) -> subprocess.Popen:
-    """Start `python -m tokenrouter.runtime.subserver` with the config on stdin (tokenrouter/children.py)."""
-    proc = subprocess.Popen([sys.executable, "-m", "tokenrouter.runtime.subserver"], stdin=subprocess.PIPE,
-                            env=child_env())
-    assert proc.stdin is not None
-    proc.stdin.write(blob)
-    proc.stdin.close()
-    return proc

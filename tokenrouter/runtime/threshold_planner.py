@@ -21,9 +21,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from tokenrouter.algorithms import algorithm_class, build_algorithm
-from tokenrouter.children import child_env
-from tokenrouter.config import AUTO_PROFILE, AlgorithmSpec, ModelSpec
+from tokenrouter.children import child_env, decode_config
+from tokenrouter.config import AUTO_PROFILE, AlgorithmSpec, ModelSpec, RuntimeConfig
 from tokenrouter.engine.latency import LatencyProfile
 from tokenrouter.engine.sim import sim_latency
 from tokenrouter.errors import UserError
@@ -46,6 +48,16 @@ def model_latency(model: ModelSpec, measured: dict[str, Any] | None = None) -> L
 def needs_startup_profile(models: list[ModelSpec]) -> bool:
     """Whether B*(N) must wait for the subservers' start-up profiles."""
     return any(m.latency_profile == AUTO_PROFILE for m in models)
+
+
+def startup_profiles(models: list[ModelSpec], runtime: RuntimeConfig) -> list[bool]:
+    """Per model, whether its subserver measures its step latencies at start-up: the one place this is decided
+    (the front end, before any subserver starts; each gets its answer as SubserverConfig.startup_profile). A
+    `latency_profile: auto` model is profiled when something plans on the latencies: `thresholds=auto` or
+    `policy=optimal` (both with delayed batching, for a set of two models or more: alone, nothing waits)."""
+    planned = runtime.delayed_batching and len(models) > 1 and (runtime.thresholds == "auto"
+                                                                  or runtime.policy == "optimal")
+    return [planned and m.latency_profile == AUTO_PROFILE for m in models]
 
 
 def routing_rates(models: list[ModelSpec], algorithm: AlgorithmSpec,
@@ -219,15 +231,23 @@ class AutoThresholds:
             adopt(table if changed else None, f"{why}, measured over {sum(counted[0])} decisions")
 
 
+class PlanJob(msgspec.Struct, frozen=True):
+    """What the planner child plans on, typed (msgpack on its stdin, decoded once: children.decode_config)."""
+
+    models: list[ModelSpec]
+    algorithm: AlgorithmSpec
+    max_n: int
+    measured: list[dict[str, Any] | None] | None = None
+    routes: list[list[int]] | None = None
+    context_tokens: int | None = None
+
+
 def main() -> None:
-    """`python -m tokenrouter.runtime.threshold_planner`: plan_thresholds in a child process (JSON on stdin and stdout), so
-    that a re-tune while serving never holds the front end's GIL, at low CPU priority."""
+    """`python -m tokenrouter.runtime.threshold_planner`: plan_thresholds in a child process (a PlanJob on stdin,
+    JSON on stdout), so that a re-tune while serving never holds the front end's GIL, at low CPU priority."""
     os.nice(10)
-    job = json.load(sys.stdin)
-    models = [ModelSpec.from_dict(m) for m in job["models"]]
-    algorithm = AlgorithmSpec.from_dict(job["algorithm"])
-    rows, why = plan_thresholds(models, algorithm, int(job["max_n"]), job.get("measured"), job.get("routes"),
-                                job.get("context_tokens"))
+    job = decode_config(sys.stdin.buffer.read(), PlanJob)
+    rows, why = plan_thresholds(job.models, job.algorithm, job.max_n, job.measured, job.routes, job.context_tokens)
     json.dump({"rows": None if rows is None else {str(n): b for n, b in rows.items()}, "why": why}, sys.stdout)
 
 
@@ -236,13 +256,12 @@ async def plan_in_child(models: list[ModelSpec], algorithm: AlgorithmSpec, max_n
                         routes: list[list[int]] | None,
                         context_tokens: int | None = None) -> tuple[dict[int, list[int]] | None, str]:
     """plan_thresholds run by `python -m tokenrouter.runtime.threshold_planner` (killed if the caller is cancelled)."""
-    job = {"models": [m.to_dict() for m in models], "algorithm": {"name": algorithm.name, **algorithm.params},
-           "max_n": max_n, "measured": measured, "routes": routes, "context_tokens": context_tokens}
+    job = msgspec.msgpack.encode(PlanJob(models, algorithm, max_n, measured, routes, context_tokens))
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tokenrouter.runtime.threshold_planner",
                                                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE, env=child_env())
     try:
-        out, err = await proc.communicate(json.dumps(job).encode())
+        out, err = await proc.communicate(job)
     except BaseException:
         if proc.returncode is None:
             proc.kill()
