@@ -85,6 +85,14 @@ def test_bad_seed_is_one_line(command: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", ["bench", "serve"])
+def test_a_field_of_the_wrong_type_is_one_line_before_any_process_starts(command: str, tmp_path: Path) -> None:
+    # subservers decode their config with its types: the parent refuses what a child could not decode
+    done, took = _cli(command, ["models=sim-r2r", "++models.members.0.kv_tokens=4096.0"], tmp_path)
+    line = _one_line_exit_2(done, command)
+    assert "model 'small': Expected `int`, got `float` - at `$.kv_tokens`" in line and took < FAST_S, line
+
+
+@pytest.mark.parametrize("command", ["bench", "serve"])
 def test_truncated_model_weights_are_one_line(command: str, tmp_path: Path) -> None:
     model = tmp_path / "small"
     shutil.copytree(Path(__file__).resolve().parents[1] / "models" / "tiny-pair" / "small", model)

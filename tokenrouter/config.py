@@ -13,6 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import msgspec
+
 from tokenrouter.errors import UserError
 from tokenrouter.registry import ENGINES
 
@@ -33,9 +35,14 @@ def _build(cls: type, data: Any, where: str) -> Any:
     if unknown:
         raise UserError(f"{where}: unknown field(s) {unknown}; known: {sorted(names)}")
     try:
-        return cls(**data)
+        built = cls(**data)
     except TypeError as exc:
         raise UserError(f"{where}: {exc}") from None
+    try:  # the types a child process will decode it with (a 4096.0 where an int goes fails here, not there)
+        msgspec.convert(msgspec.to_builtins(built), cls)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"{where}: {exc}") from None
+    return built
 
 
 @dataclass
