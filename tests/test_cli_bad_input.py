@@ -45,7 +45,8 @@ def _router_files(tmp_path: Path) -> dict[str, Path]:
 
 
 def _cli(command: str, overrides: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess, float]:
-    extra = [f"hydra.run.dir={tmp_path / 'run'}"] if command == "bench" else ["server.port=0"]
+    extra = {"bench": [f"hydra.run.dir={tmp_path / 'run'}"], "serve": ["server.port=0"],
+             "rehearse": ["--out", str(tmp_path / "rehearsal")], "plan": ["--gpus", "1", "--gpu-memory-gib", "80"]}[command]
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "tokenrouter", command, *overrides, *extra],
                           capture_output=True, text=True, timeout=120)
@@ -105,13 +106,17 @@ def test_truncated_model_weights_are_one_line(command: str, tmp_path: Path) -> N
 
 
 # A key nothing reads is refused, with the nearest known key, whether typed as Hydra would refuse it or as its
-# own advice (`+key=`) would let it through; both commands answer alike.
+# own advice (`+key=`) would let it through; every command that composes a job answers alike.
 @pytest.mark.parametrize(("command", "override", "expected"), [
     ("bench", "+concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
     ("bench", "concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
     ("bench", "+server.prot=1", "unknown config key 'server.prot' (did you mean 'server.port'?)"),
     ("serve", "+concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
     ("serve", "runtime.max_wiat_ms=3", "unknown config key 'runtime.max_wiat_ms' (did you mean 'runtime.max_wait_ms'?)"),
+    ("rehearse", "+concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
+    ("rehearse", "concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
+    ("plan", "+concurency=16", "unknown config key 'concurency' (did you mean 'concurrency'?)"),
+    ("plan", "runtime.max_wiat_ms=3", "unknown config key 'runtime.max_wiat_ms' (did you mean 'runtime.max_wait_ms'?)"),
 ])
 def test_unknown_key_is_one_line(command: str, override: str, expected: str, tmp_path: Path) -> None:
     done, took = _cli(command, ["models=sim-r2r", override], tmp_path)

@@ -51,6 +51,24 @@ def check_added_keys(overrides: Iterable[str], cfg: Any, is_group: Callable[[str
                         key, _name(cfg, "workload"))
 
 
+def check_sweep_keys(hydra: Any, jobs: list[list[str]]) -> None:
+    """`check_added_keys` for a command that plans or rehearses a sweep without launching it (`plan`,
+    `rehearse`): its first job composed as `bench` would compose it (every job shares the keys it adds)."""
+    from hydra.types import RunMode
+
+    if jobs:
+        cfg = hydra.compose_config("config", jobs[0], run_mode=RunMode.RUN)
+        check_added_keys(jobs[0], cfg, hydra.config_loader.repository.group_exists)
+
+
+def hydra_error(hydra: Any, message: str, overrides: list[str]) -> str:
+    """A Hydra composition error as one line, an unknown key answered as `bench` answers it."""
+    from hydra.types import RunMode
+
+    return explain_missing_key(message, overrides,
+                               lambda rest: hydra.compose_config("config", rest, run_mode=RunMode.RUN))
+
+
 def unknown_key(key: str, known: Iterable[str]) -> str:
     """`unknown config key 'concurency' (did you mean 'concurrency'?)`."""
     return f"unknown config key {key!r}{did_you_mean(key, known, cutoff=0.8)}; nothing reads it (`tokenrouter bench --cfg job` lists the keys)"

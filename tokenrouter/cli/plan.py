@@ -194,7 +194,7 @@ def run(argv: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from tokenrouter.cli.bench import _one_line, hydra_app
-    from tokenrouter.cli.config_keys import algorithm_by_name
+    from tokenrouter.cli.config_keys import algorithm_by_name, check_sweep_keys, hydra_error
     from tokenrouter.cli.hydra_config import conf_dir
 
     args = _parser().parse_intermixed_args(argv)
@@ -203,6 +203,7 @@ def run(argv: list[str]) -> int:
     hydra = hydra_app(conf_dir())
     try:
         jobs = sweep_jobs(hydra, args.overrides) if args.multirun else [args.overrides]
+        check_sweep_keys(hydra, jobs)
         mode = RunMode.MULTIRUN if args.multirun else RunMode.RUN
         where = f"{args.gpus} x {args.gpu_memory_gib:g} GiB GPUs" if totals else "this machine's devices"
         print(f"plan for {where}: {len(jobs)} job(s)")
@@ -216,7 +217,7 @@ def run(argv: list[str]) -> int:
             if result.problem is not None:
                 raise UserError(f"job {i} cannot run: {result.problem}")
     except (HydraException, OmegaConfBaseException) as exc:
-        raise UserError(_one_line(exc)) from None
+        raise UserError(hydra_error(hydra, _one_line(exc), args.overrides)) from None
     finally:
         GlobalHydra.instance().clear()
     print(f"every job fits ({len(jobs)})")

@@ -231,7 +231,7 @@ def run(argv: list[str]) -> int:
     from omegaconf.errors import OmegaConfBaseException
 
     from tokenrouter.cli.bench import JobFailure, _one_line, collect, hydra_app
-    from tokenrouter.cli.config_keys import algorithm_by_name
+    from tokenrouter.cli.config_keys import algorithm_by_name, check_sweep_keys, hydra_error
     from tokenrouter.cli.hydra_config import conf_dir
     from tokenrouter.cli.plan import device_totals, sweep_jobs
 
@@ -249,6 +249,7 @@ def run(argv: list[str]) -> int:
     failures = []
     try:
         jobs = sweep_jobs(hydra, args.overrides) if args.multirun else [args.overrides]
+        check_sweep_keys(hydra, jobs)
         print(f"rehearsing {len(jobs)} job(s) on this CPU, planned for {gpus} x {memory:g} GiB GPUs, "
               f"{args.requests} request(s) x {args.tokens} tokens each -> {out}", flush=True)
         for i, job in enumerate(jobs):
@@ -259,7 +260,7 @@ def run(argv: list[str]) -> int:
                 failures.append(JobFailure(str(out / str(i)), verdict.why, False))
             print(verdict.line(i, job, time.perf_counter() - began), flush=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise UserError(_one_line(exc)) from None
+        raise UserError(hydra_error(hydra, _one_line(exc), args.overrides)) from None
     finally:
         GlobalHydra.instance().clear()
     if out.is_dir():
