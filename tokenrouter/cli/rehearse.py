@@ -55,7 +55,6 @@ class Verdict:
 
 def cpu_cannot_run(cfg: Any) -> str | None:
     """The one step of a job that needs a GPU node, or None when the whole job runs here."""
-
     if cfg.system.name == "official_r2r" and not _official_r2r_here(cfg):
         return ("thu-nics/R2R's own server: its environment is not on this machine (`make official-venv` "
                 "builds it; then its server runs here on CPU)")
@@ -103,6 +102,7 @@ def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[
 
     overrides = []
     specs = model_specs(cfg.models)
+    at_tp1 = sglang_tp(cfg) if cfg.system.name != "official_r2r" else specs  # one process per model on CPU
     entry: Path | None = None  # the entry (small) model's stand-in, where it has one
     for i, spec in enumerate(specs):
         if not spec.device.startswith("cuda"):
@@ -112,8 +112,8 @@ def stand_in_overrides(cfg: Any, out: Path, requests: int, tokens: int) -> list[
         member = f"models.members.{i}"
         overrides += [f"++{member}.source={source}", f"++{member}.device=cpu", f"++{member}.dtype=float32",
                       f"++{member}.mem_fraction=null", f"++{member}.threads=1", f"++{member}.kv_tokens=8192"]
-        if cfg.system.name == "official_r2r" or spec in sglang_tp(cfg):
-            overrides.append(f"++{member}.tp=1")  # one process per model on CPU: TP collectives need CUDA
+        if spec in at_tp1:
+            overrides.append(f"++{member}.tp=1")  # TP collectives need CUDA
     router = _stand_in_router(cfg, entry or specs[0].source, out)
     if router is not None:
         key = "system.router" if cfg.system.name == "official_r2r" else "algorithm.router"
