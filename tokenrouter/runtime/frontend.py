@@ -204,7 +204,7 @@ class TokenRouterFrontend(ServingSystem):
         profiles = startup_profiles(self.models, rt)  # decided here, once; each subserver is told its answer
         auto = AutoThresholds(self.models, self.algorithm, rt.auto_max_concurrency, rt.auto_context_tokens) \
             if rt.thresholds == "auto" and rt.delayed_batching else None
-        if auto is not None and not auto.waits_for_profiles:  # search (or read the disk cache) off the loop
+        if auto is not None and not any(profiles):  # search (or read the disk cache) off the loop
             self.thresholds, self.thresholds_source = await auto.plan()
         self.subservers = Subservers(self.models, self.algorithm, rt, self._on_report, self._on_death, profiles)
         try:
@@ -212,7 +212,7 @@ class TokenRouterFrontend(ServingSystem):
             measured = [r.profile for r in ready]
             self.latency_profiles = {m.name: p for m, p in zip(self.models, measured, strict=True) if p}
             if auto is not None:
-                await self._auto_after_ready(auto, measured)
+                await self._auto_after_ready(auto, measured, planned=any(profiles))
             if rt.policy == "optimal" and rt.delayed_batching:
                 await self._plan_rules(measured)
         except BaseException:
@@ -222,10 +222,11 @@ class TokenRouterFrontend(ServingSystem):
         self._vocab = min(r.vocab_size for r in ready)
         self._eos = list(ready[0].eos_ids)
 
-    async def _auto_after_ready(self, auto: AutoThresholds, measured: list[dict[str, Any] | None]) -> None:
-        """thresholds=auto once every subserver is up: plan from their start-up profiles (if the models asked
-        for them), and keep re-planning from measured routing rates if the algorithm's rates follow them."""
-        if auto.waits_for_profiles:
+    async def _auto_after_ready(self, auto: AutoThresholds, measured: list[dict[str, Any] | None],
+                                planned: bool) -> None:
+        """thresholds=auto once every subserver is up: plan from their start-up profiles (`planned`: start() had
+        them measured), and keep re-planning from measured routing rates if the algorithm's rates follow them."""
+        if planned:
             self.thresholds, self.thresholds_source = await auto.plan(measured)
         if auto.can_retune(measured):
             self._tasks.append(asyncio.create_task(auto.retune(measured, self._routes, lambda: self.thresholds,

@@ -45,11 +45,6 @@ def model_latency(model: ModelSpec, measured: dict[str, Any] | None = None) -> L
     return sim_latency(model.sim) if model.engine == "sim" else None
 
 
-def needs_startup_profile(models: list[ModelSpec]) -> bool:
-    """Whether B*(N) must wait for the subservers' start-up profiles."""
-    return any(m.latency_profile == AUTO_PROFILE for m in models)
-
-
 def startup_profiles(models: list[ModelSpec], runtime: RuntimeConfig) -> list[bool]:
     """Per model, whether its subserver measures its step latencies at start-up: the one place this is decided
     (the front end, before any subserver starts; each gets its answer as SubserverConfig.startup_profile). A
@@ -194,10 +189,6 @@ class AutoThresholds:
         self.algorithm = algorithm
         self.max_n = max_n
         self.context_tokens = context_tokens  # step times at this context (None: the profiles' base context)
-
-    @property
-    def waits_for_profiles(self) -> bool:
-        return needs_startup_profile(self.models)
 
     async def plan(self, measured: list[dict[str, Any] | None] | None = None) -> tuple[ThresholdTable, str]:
         """(the table, where it came from); all ones with a logged reason when it cannot be planned yet."""
