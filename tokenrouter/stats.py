@@ -92,6 +92,8 @@ class RuntimeStats:
     thresholds_source: str  # where the current thresholds came from (auto: the plan and its rates)
     latency_profiles: dict[str, dict[str, Any]] = field(default_factory=dict)  # start-up profiles, if measured
     launch_rule: list[int] | None = None  # runtime.policy=optimal: the launch rule at the current N
+    algorithm_failed_requests: int = 0  # requests the routing algorithm failed since start-up (a plugin bug)
+    route_over_budget: int = 0  # of the route() calls, those past runtime.route_timeout_s
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -55,6 +55,13 @@ def _clean(text: str) -> None:
     assert "Traceback" not in text and "\\n" not in text and not PATH.search(text), text
 
 
+def _metric(url: str, name: str) -> float:
+    """One unlabelled sample of /metrics."""
+    text = httpx.get(f"{url}/metrics").text
+    [value] = [float(line.split()[1]) for line in text.splitlines() if line.split(" ")[0] == name]
+    return value
+
+
 def _concurrently(calls: dict[str, object]) -> dict[str, object]:
     out: dict[str, object] = {}
 
@@ -113,6 +120,7 @@ def test_a_bug_in_any_plugin_call_fails_only_its_requests_with_a_500(faulty: Ser
     body = health.json()
     assert body["status"] == "degraded" and body["algorithm"]["failed_requests"] >= len(bad.SEEDS) + 1, body
     _clean(health.text)
+    assert _metric(faulty.url, "tokenrouter_algorithm_failed_requests") == body["algorithm"]["failed_requests"]
 
 
 def test_a_slow_route_is_cut_at_its_budget_and_reported_by_health(faulty: Server) -> None:
@@ -124,6 +132,7 @@ def test_a_slow_route_is_cut_at_its_budget_and_reported_by_health(faulty: Server
     assert _complete(faulty.url, 43).status_code == 200
     body = httpx.get(f"{faulty.url}/health").json()
     assert body["status"] == "degraded" and body["algorithm"]["route_over_budget"] >= 1, body
+    assert _metric(faulty.url, "tokenrouter_route_over_budget") == body["algorithm"]["route_over_budget"]
 
 
 def test_a_request_handed_off_forever_fails_at_the_bound(faulty: Server) -> None:

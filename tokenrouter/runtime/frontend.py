@@ -311,13 +311,16 @@ class TokenRouterFrontend(ServingSystem):
     def statistics(self) -> RuntimeStats:
         """Per model: steps, mean batch size, tokens committed, hand-offs sent, measured routing counts and
         rates per destination, busy time, mean queue wait per request-step (ready -> launched: what delayed
-        batching costs), loop overhead median, current threshold; plus the active count N."""
+        batching costs), loop overhead median, current threshold; plus the active count N and the routing
+        algorithm's failures since start-up (/metrics: `tokenrouter_algorithm_failed_requests`,
+        `tokenrouter_route_over_budget`)."""
         n = len(self._flights)
         current = self.thresholds(n)
         models = {name: RuntimeModelStats.of(c, self.model_names, current[i])
                   for i, (name, c) in enumerate(zip(self.model_names, self._counters, strict=True))}
         return RuntimeStats(models, n, current, self.thresholds.spec, self.thresholds_source,
-                            dict(self.latency_profiles), self.launch_rules.get(n))
+                            dict(self.latency_profiles), self.launch_rules.get(n), self._trouble.failed_requests,
+                            self._trouble.route_over_budget)
 
     def stats(self) -> dict[str, Any]:
         """statistics() as summary.json records it."""
