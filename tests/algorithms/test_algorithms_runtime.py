@@ -84,15 +84,10 @@ async def _run(configs: dict[str, AlgorithmSpec], reqs: dict[str, list[Generatio
 
 
 async def _settled(fe: TokenRouterFrontend) -> dict:
-    """Stats once the last subserver reports are in: a result can overtake its peer's report (two sockets)."""
-    last = None
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        now = fe.stats()
-        if now == last:
-            break
-        last = now
-    return now
+    """Stats once the last subserver reports are in: a result can overtake its peer's report (two sockets).
+    Every subserver is asked for its current counters (stats that merely stopped changing for a while could
+    still miss a report from a subserver a loaded machine has not run yet)."""
+    return await fe.refresh_stats(timeout_s=60)
 
 
 @pytest.fixture(scope="module")

@@ -46,9 +46,16 @@ def test_second_writer_is_refused_and_first_is_intact(tmp_path: Path) -> None:
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_lines(sweep / "0" / "requests.jsonl", first)
-        took = refused(bench("-m", *SIM, "workload.num_requests=60", f"hydra.sweep.dir={sweep}"), sweep, first.pid)
-        # a single run aimed at the point the sweep is writing is refused too (the point's own lock)
-        refused(bench(*SIM, "workload.num_requests=60", f"hydra.run.dir={sweep / '0'}"), sweep / "0", first.pid)
+        # The holder pauses, locks held, while the others start and are refused: its run (~7 s) could otherwise
+        # end before two CLI start-ups on a loaded machine. It then goes on and must finish intact.
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            took = refused(bench("-m", *SIM, "workload.num_requests=60", f"hydra.sweep.dir={sweep}"), sweep,
+                           first.pid)
+            # a single run aimed at the point the sweep is writing is refused too (the point's own lock)
+            refused(bench(*SIM, "workload.num_requests=60", f"hydra.run.dir={sweep / '0'}"), sweep / "0", first.pid)
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
         _, err = first.communicate(timeout=180)
     finally:
         if first.poll() is None:

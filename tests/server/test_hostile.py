@@ -169,6 +169,13 @@ def test_health_answers_while_big_prompts_are_tokenized(tiny: Server) -> None:
     def post() -> None:
         results.append(httpx.post(f"{tiny.url}/tokenize", json={"prompt": prompt}, timeout=120))
 
+    # One text alone, end to end: tokenized on the event loop, it would hold /health for most of this time. A
+    # loaded machine slows both alike (a 0.2 s /health seen at load 2.5), so the bound grows with it.
+    t0 = time.perf_counter()
+    post()
+    alone = time.perf_counter() - t0
+    results.clear()
+
     threads = [threading.Thread(target=post) for _ in range(4)]
     for t in threads:
         t.start()
@@ -182,7 +189,8 @@ def test_health_answers_while_big_prompts_are_tokenized(tiny: Server) -> None:
     for t in threads:
         t.join()
     assert len(latencies) >= 5, "the prompts should take a while to tokenize"
-    assert max(latencies) < 0.5, f"/health took {max(latencies):.2f} s while prompts were tokenized"
+    assert max(latencies) < max(0.5, alone / 2), \
+        f"/health took {max(latencies):.2f} s while prompts were tokenized ({alone:.2f} s for one alone)"
     assert [r.json()["count"] for r in results] == [len(prompt)] * 4
 
 
@@ -204,12 +212,13 @@ def test_prompts_too_long_by_their_length_are_refused_before_tokenizing(tiny: Se
     took = time.perf_counter() - t0
     for t in threads:
         t.join()
-    assert innocent.status_code == 200 and took < 1.0, (innocent.text, took)
+    # ~0.05 s alone, ~0.2 s beside them on a loaded 2-core machine; tokenizing them first held it ~3 s
+    assert innocent.status_code == 200 and took < 2.0, (innocent.text, took)
     for resp in results:
         err = _error(resp, 400)
         assert "990000 characters has at least" in err["message"], err
         assert "longer than the model context of 4096 tokens" in err["message"] and err["param"] == "prompt"
-    assert time.perf_counter() - t0 < 2.0
+    assert time.perf_counter() - t0 < 3.0
 
 
 def test_prompts_over_max_prompt_tokens_get_413(sim: Server) -> None:
@@ -229,8 +238,8 @@ def test_non_streaming_client_leaving_aborts_its_request(sim: Server, path: str)
     with pytest.raises(httpx.ReadTimeout):  # ~20 s of generation; the client gives up after 0.5 s
         httpx.post(f"{sim.url}{path}", json=body, timeout=httpx.Timeout(10, read=0.5))
     left = time.monotonic()
-    while not _idle(sim.url):
-        assert time.monotonic() - left < 1.5, "the abandoned request is still running"
+    while not _idle(sim.url):  # a bound well short of the ~20 s the request would run on
+        assert time.monotonic() - left < 10, "the abandoned request is still running"
         time.sleep(0.05)
     assert _metrics(sim.url)[f'tokenrouter_http_requests_total{{endpoint="{path}",status="499"}}'] >= 1
 
@@ -243,9 +252,9 @@ def _connect(url: str) -> socket.socket:
 
 
 def test_partial_headers_are_dropped_after_the_header_timeout(sim: Server) -> None:
+    t0 = time.monotonic()  # before connecting: the server's deadline runs from the connection's opening
     with _connect(sim.url) as sock:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # ... and never the rest
-        t0 = time.monotonic()
         assert sock.recv(1024) == b""  # closed by the server
         assert 0.8 < time.monotonic() - t0 < 3.0
     with _connect(sim.url) as sock:  # a connection that sends nothing at all
@@ -262,9 +271,9 @@ def test_the_h11_parser_serves_streams_and_keeps_the_header_deadline(tmp_path: P
         with httpx.stream("POST", f"{server.url}/v1/completions", json=body, timeout=30) as resp:
             events = sse_events(resp)
         assert events[-1] == "[DONE]" and events[-2]["usage"]["completion_tokens"] == 6
+        t0 = time.monotonic()  # before connecting: the server's deadline runs from the connection's opening
         with _connect(server.url) as sock:
             sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
-            t0 = time.monotonic()
             assert sock.recv(1024) == b""
             assert 0.8 < time.monotonic() - t0 < 3.0
     finally:
