@@ -124,9 +124,11 @@ class RouteClock:
             dests = route(step)
         finally:
             if self._timer:
-                self._armed = False
-                later = max(other - (time.perf_counter() - start), 1e-6) if other else 0.0
-                signal.setitimer(signal.ITIMER_REAL, later)
+                try:
+                    self._armed = False  # our signal can still land just before this: it raises, and then ...
+                finally:  # ... the other user's timer is put back all the same
+                    later = max(other - (time.perf_counter() - start), 1e-6) if other else 0.0
+                    signal.setitimer(signal.ITIMER_REAL, later)
         if time.perf_counter() - start > self.budget_s:
             raise RouteOverBudget
         return dests
