@@ -142,11 +142,11 @@ def test_the_report_command_prints_each_comparison_with_its_machine(tmp_path: Pa
     assert "timings" in (tmp_path / "out" / "table3.md").read_text()  # the table's column says it too
 
 
-def _summaries(root: Path, ratios: list[tuple[float, float]], busy: dict) -> None:
+def _summaries(root: Path, ratios: list[tuple[float, float]], busy: dict, threshold: float = 0.5) -> None:
     """TokenRouter and lock-step runs of one configuration, one pair per seed, with a machine record."""
     for seed, (tr, ls) in enumerate(ratios):
         for system, tput in (("tokenrouter", tr), ("lockstep", ls)):
-            cfg = {"system": {"name": system}, "algorithm": {"name": "r2r", "threshold": 0.5},
+            cfg = {"system": {"name": system}, "algorithm": {"name": "r2r", "threshold": threshold},
                    "models": {"name": "tiny"}, "workload": {"name": "arith"}, "concurrency": 8, "seed": seed,
                    "runtime": {"thresholds": [1, 1]}}
             run = root / f"{system}-{seed}"
@@ -172,7 +172,7 @@ def test_the_demo_and_the_report_say_a_comparison_was_contended(tmp_path: Path) 
     assert r["interval"] is not None and r["contended"] == h.contended
     figures = {"models": "tiny", "workload": "arith", "N": 8, "problems": 64, "repeats": 3, "accuracy": {},
                "step_ms": {"small": {"1": 9.0, "8": 10.0}, "large": {"1": 172.0, "8": 190.0}}, "routers": {},
-               "lockstep": [r], "frontier": {}, "phases": {"sweeps": 60.0}}
+               "lockstep": [r], "contended": h.contended, "frontier": {}, "phases": {"sweeps": 60.0}}
     reference = {"models": "tiny", "step_ms": {"small": {"1": 1.07, "8": 1.24}, "large": {"1": 23.84, "8": 30.0}}}
     note = demo.closing_note(figures, [], reference)
     head = note.split("\n- TokenRouter vs lock-step")[0]  # said before any ratio
@@ -182,4 +182,17 @@ def test_the_demo_and_the_report_say_a_comparison_was_contended(tmp_path: Path) 
     (line,) = [ln for ln in note.splitlines() if ln.startswith("- TokenRouter vs lock-step")]
     assert "= 0.65x (95% interval" in line and "over 3 repeats" in line and line.endswith(
         "-- contended, not a measure of the systems")
-    assert "contended" not in demo.closing_note({**figures, "lockstep": [{**r, "contended": []}]}, [], None)
+    assert "contended" not in demo.closing_note({**figures, "lockstep": [{**r, "contended": []}], "contended": []},
+                                                [], None)
+
+
+def test_the_demo_says_each_kind_of_contention_once_at_its_worst(tmp_path: Path) -> None:
+    """Three comparisons on a busy machine: one line naming the busiest run's share, not one per comparison."""
+    from tokenrouter.evals import demo_summary as ds
+
+    for threshold, share in ((0.5, 0.5), (0.75, 0.52), (0.9, 0.51)):
+        _summaries(tmp_path / "runs" / str(threshold), [(120.0, 100.0)], quiet(others_cpu_share=share), threshold)
+    pairs = ds.lockstep_pairs(load_results([tmp_path / "runs"]))
+    assert len(ds.throughput_ratios(pairs)) == 3
+    (line,) = demo.machine_lines({"contended": machine.contended(pairs)}, None)
+    assert "other processes used 52% of the machine's CPU time (summary.json" in line and line.count("%") == 1

@@ -270,6 +270,7 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     from tokenrouter.evals import plots
     from tokenrouter.evals.html_report import write_html_report
     from tokenrouter.evals.left_out import collecting
+    from tokenrouter.evals.machine import contended
     from tokenrouter.evals.report import query_level, table3, write_left_out
     from tokenrouter.evals.store import load_results
     from tokenrouter.evals.tables import to_markdown
@@ -288,6 +289,7 @@ def write_report(sweep_dir: Path, out: Path, figures: dict[str, Any]) -> list[Pa
     figures.update(
         accuracy=ds.single_accuracies(df),
         lockstep=ds.throughput_ratios(ds.lockstep_pairs(df)),
+        contended=contended(ds.lockstep_pairs(df)),  # over every comparison, the worst run per kind of reason
         frontier={axis: ds.dominance(df, axis).verdict for axis in AXES},
         frontier_points={axis: [ds.dominance(df, axis).dominated, ds.dominance(df, axis).query_points] for axis in AXES},
         near_large=ds.near_large(df),
@@ -333,7 +335,7 @@ def machine_lines(f: dict[str, Any], reference: dict[str, Any] | None) -> list[s
             lines.append(f"- the {name} model's decode steps took {mine:.1f} ms at batch 1 against the committed "
                          f"reference's {theirs:.1f} ms ({1 / ratio:.1f}x faster): a faster machine, whose figures are "
                          "not comparable with the reference's")
-    busy = sorted({reason for r in f.get("lockstep", []) for reason in r.get("contended") or []})
+    busy = f.get("contended") or []
     if busy:
         lines.append("- **contended** while TokenRouter and lock-step were measured: " + "; ".join(busy) +
                      " (summary.json `machine` of each run): their ratios below measure the machine as much as the "
