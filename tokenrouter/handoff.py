@@ -110,12 +110,29 @@ def step_start(kv_len: int, seq_len: int) -> int:
     return min(kv_len, seq_len - 1)
 
 
+class PluginCallFailed(Exception):
+    """The algorithm's `call` (`send()` or `receive()`) raised `cause`, or returned what the protocol cannot use,
+    in a hand-off within one process: its caller fails the request and blames the algorithm."""
+
+    def __init__(self, call: str, cause: Exception) -> None:
+        super().__init__(f"{call}: {type(cause).__name__}: {cause}")
+        self.call = call
+        self.cause = cause
+
+
 def deliver(sender: RoutingAlgorithm, receiver: RoutingAlgorithm, req: RouterRequest,
             peer_view: RouterRequest | None) -> tuple[RouterRequest, int]:
     """A hand-off within one process (lock-step, Std. Serving's dispatcher): `hand_off()` on the sender's view,
     then `first_contact()` if the receiver has no view yet and `receive()` on it, exactly as between two
-    subservers. Returns the receiver's view and its KV truncation point."""
-    out = hand_off(sender, req, receiver.model_index)
+    subservers. Returns the receiver's view and its KV truncation point; PluginCallFailed names the call that
+    failed."""
+    try:
+        out = hand_off(sender, req, receiver.model_index)
+    except Exception as exc:
+        raise PluginCallFailed("send()", exc) from exc
     if peer_view is None:
         peer_view = first_contact(out.msg, req.max_new_tokens, req.sampling, req.seed, req.min_new_tokens)
-    return peer_view, receive(receiver, out.msg, peer_view, sender.model_index)
+    try:
+        return peer_view, receive(receiver, out.msg, peer_view, sender.model_index)
+    except Exception as exc:
+        raise PluginCallFailed("receive()", exc) from exc

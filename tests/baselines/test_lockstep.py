@@ -156,3 +156,49 @@ def test_admission_control_keeps_every_step_within_a_tiny_kv_pool(engine: str) -
     results = asyncio.run(scenario())
     assert [r.error for r in results] == [None] * n
     assert all(r.finish_reason in ("length", "stop") for r in results)
+
+
+def test_a_bug_in_any_plugin_call_fails_only_its_requests() -> None:
+    """The routing algorithm's calls are guarded as in the runtime (runtime/plugin_guard.py): a raising route(),
+    keeps_token(), send() or receive(), a bad destination or hand-off message fails only its own request, with
+    a line blaming the algorithm, while innocent requests in the same batches finish in full; a request handed
+    back and forth without a committed token stops at runtime.max_handoffs_per_token; a slow route() fails at
+    runtime.route_timeout_s. Before, a bad call failed its whole batch ("step failed"), and the loop never ended."""
+    import asyncio
+
+    from tokenrouter.baselines.lockstep import LockstepSystem
+    from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
+    from tokenrouter.generation import GenerationRequest
+
+    from ..runtime.user_algorithms import misbehaving as bad
+
+    specs = [ModelSpec(name=n, engine="sim", sim=SimSpec(latency_ms=0.0, seed=i)) for i, n in enumerate(("s", "l"))]
+    faulty = {**bad.SEEDS, "loop": bad.LOOP}
+
+    async def scenario() -> tuple[list, list]:
+        system = LockstepSystem(specs, AlgorithmSpec(bad.__name__, {"route_prob": 0.3}),
+                                RuntimeConfig(route_timeout_s=0.2, max_handoffs_per_token=8))
+        await system.start()
+        try:
+            warm = await system.generate(GenerationRequest([5, 6, 7], max_new_tokens=4, seed=1, stop_token_ids=[]))
+            assert warm.error is None  # each model's first route() (untimed) is behind us
+            seeds = [*range(1, 9), *faulty.values()]
+            results = await asyncio.gather(*(system.generate(GenerationRequest(
+                [5, 6, 7, s % 50], max_new_tokens=24, seed=s, index=i, stop_token_ids=[]))
+                for i, s in enumerate(seeds)))
+            slow = await system.generate(GenerationRequest([5, 6], max_new_tokens=4, seed=bad.SLOW, stop_token_ids=[]))
+            return results[:8], [*results[8:], slow]
+        finally:
+            await system.close()
+
+    innocent, failed = asyncio.run(scenario())
+    assert [(r.error, len(r.output_ids)) for r in innocent] == [(None, 24)] * 8
+    words = {"route raises": "route() raised FloatingPointError", "float destination": "destination 1.5",
+             "destination out of range": "destination 7", "destination count": "destinations for 1 requests",
+             "keeps_token raises": "keeps_token() raised KeyError", "send raises": "send() raised RuntimeError",
+             "receive raises": "receive() raised ValueError", "malformed message": "loc is str",
+             "foreign message": "'someone-else'", "loop": "handed off 8 times without a committed token",
+             "slow": "route() ran past runtime.route_timeout_s=0.2 s"}
+    for (what, _), result in zip([*faulty.items(), ("slow", bad.SLOW)], failed, strict=True):
+        assert result.finish_reason == "error" and result.error.startswith("routing algorithm"), (what, result.error)
+        assert words[what] in result.error, (what, result.error)

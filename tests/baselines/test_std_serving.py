@@ -165,3 +165,39 @@ def test_dispatcher_reads_only_the_embedding_and_head(monkeypatch: pytest.Monkey
             got, emb = info.logits(hidden), info.input_embeddings()
         assert torch.allclose(got, model.lm_head(hidden).float(), atol=1e-6)
         assert torch.equal(emb.weight, model.get_input_embeddings().weight)
+
+
+def test_a_bug_in_any_plugin_call_fails_only_its_request_and_blames_the_algorithm() -> None:
+    """The dispatcher's plugin calls are guarded (runtime/plugin_guard.py): a raising or nonsensical route(),
+    keeps_token(), send() or receive() fails its own request with an AlgorithmFailure naming the call (an HTTP
+    500 / an error row in a benchmark, never the client's fault); the others finish."""
+    from tokenrouter.api import AlgorithmFailure
+    from tokenrouter.config import ModelSpec, SimSpec
+
+    from ..runtime.user_algorithms import misbehaving as bad
+
+    specs = [ModelSpec(name=n, engine="sim", sim=SimSpec(latency_ms=0.0, seed=i)) for i, n in enumerate(("s", "l"))]
+    faulty = bad.SEEDS
+
+    async def run() -> list:
+        std = StdServingSystem(specs, AlgorithmSpec(bad.__name__, {"route_prob": 0.3}), RuntimeConfig(),
+                               options=StdServingOptions())
+        await std.start()
+        try:
+            return await asyncio.gather(*(std.generate(GenerationRequest([5, 6, 7], max_new_tokens=12, seed=s,
+                                                                         stop_token_ids=[]))
+                                          for s in [1, 2, *faulty.values()]), return_exceptions=True)
+        finally:
+            await std.close()
+
+    innocent_a, innocent_b, *failed = asyncio.run(run())
+    assert len(innocent_a.output_ids) == len(innocent_b.output_ids) == 12
+    words = {"route raises": "route() raised FloatingPointError", "float destination": "destination 1.5",
+             "destination out of range": "destination 7", "destination count": "2 destinations for 1 requests",
+             "keeps_token raises": "keeps_token() raised KeyError",
+             "send raises": "send() raised RuntimeError", "receive raises": "receive() raised ValueError",
+             "malformed message": "loc is str", "foreign message": "'someone-else'"}
+    for what, exc in zip(faulty, failed, strict=True):
+        assert isinstance(exc, AlgorithmFailure), (what, exc)
+        assert str(exc).startswith("routing algorithm 'misbehaving' failed on model") and words[what] in str(exc), \
+            (what, str(exc))

@@ -4,8 +4,6 @@ request waiting for KV runs as soon as a finish frees it."""
 
 from __future__ import annotations
 
-import re
-import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,17 +17,9 @@ from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import SamplingParams
 from tokenrouter.engine.sim import SimEngine
 from tokenrouter.errors import UserError
-from tokenrouter.handoff import ProtocolError
 from tokenrouter.runtime.ipc import PushLink, bind_inbox, connect_outbox
 from tokenrouter.runtime.messages import PeerMessage, Peers, RequestMeta, Submit, decode, encode
-from tokenrouter.runtime.subserver import (
-    IDLE_POLL_MS,
-    RouteClock,
-    RouteOverBudget,
-    Subserver,
-    SubserverConfig,
-    destinations,
-)
+from tokenrouter.runtime.subserver import IDLE_POLL_MS, Subserver, SubserverConfig
 
 MODELS = [ModelSpec(name="small", engine="sim", sim=SimSpec(latency_ms=0.1, seed=1)),
           ModelSpec(name="large", engine="sim", sim=SimSpec(latency_ms=0.1, seed=2))]
@@ -167,67 +157,6 @@ def test_a_route_to_a_model_that_does_not_exist_fails_only_that_request(tmp_path
         assert rid == "bad" and "returned destination 5 (1 models)" in error and not sub.io.report.failures
         assert "bad" not in sub.sched.entries and sub.engine.seq_len("bad") == 0
         assert sub.counters.committed == 1 and sub.engine.seq_len("good") == 3  # stepped alone, committed, ready
-
-
-def test_route_results_become_model_indices_or_a_line_saying_what_is_wrong() -> None:
-    """Issue #43 item 6: a float destination passed the range check and killed the subserver at
-    `routes[dest] += 1`. Integers of any kind (numpy, torch, bool) are taken as plain ints."""
-    import numpy as np
-    import torch
-
-    assert destinations([True, 0], 2, 2) == [1, 0] and destinations(np.array([1, 0]), 2, 2) == [1, 0]
-    assert destinations(torch.tensor([0, 1]), 2, 2) == [0, 1] and destinations(iter([1]), 1, 2) == [1]
-    for bad, words in [([1.5, 0], "destination 1.5, not a model index"), ([0, 7], "destination 7 (2 models)"),
-                       ([-1, 0], "destination -1"), ("01", "destination '0'"), (None, "returned NoneType"),
-                       ([0], "1 destinations for 2 requests"), (torch.tensor([0.5, 1.0]), "tensor(0.5000)")]:
-        with pytest.raises(ProtocolError, match=re.escape(words)):
-            destinations(bad, 2, 2)
-
-
-def test_the_route_clock_interrupts_a_route_past_its_budget() -> None:
-    """Issue #43 item 7: a route() that sleeps is cut at the budget (SIGALRM on the main thread); one that swallows
-    the interrupt, or runs where no timer can be armed, is caught when it returns; none leaves its timer armed
-    (pytest-timeout's, if running, stays as it was)."""
-    other = signal.getitimer(signal.ITIMER_REAL)[0]
-    t0 = time.perf_counter()
-
-    def untouched() -> bool:
-        left = signal.getitimer(signal.ITIMER_REAL)[0]
-        return left == 0.0 if other == 0.0 else abs(left - (other - (time.perf_counter() - t0))) < 0.1
-
-    clock = RouteClock(0.05)
-    assert clock.call(lambda step: time.sleep(0.1) or [0], None) == [0]  # the first call is not timed (start-up)
-    with pytest.raises(RouteOverBudget):
-        clock.call(lambda step: time.sleep(5), None)
-    assert time.perf_counter() - t0 < 3.0 and untouched()  # cut at 0.05 s, not after the 5 s sleep
-
-    def stubborn(step: object) -> list[int]:
-        try:
-            time.sleep(5)
-        except BaseException:  # a plugin that swallows everything
-            time.sleep(0.06)
-        return [0]
-
-    with pytest.raises(RouteOverBudget):
-        clock.call(stubborn, None)
-    assert clock.call(lambda step: [1], None) == [1] and untouched()
-    time.sleep(0.1)  # no late signal
-    assert RouteClock(0).call(lambda step: [2], None) == [2]
-
-
-def test_the_route_clock_keeps_another_timer_of_the_process() -> None:
-    fired: list[int] = []
-    before = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
-    try:
-        signal.setitimer(signal.ITIMER_REAL, 0.3)
-        clock = RouteClock(1.0)
-        assert clock.call(lambda step: [0], None) == [0]
-        assert 0.2 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.3  # still due, not cancelled
-        time.sleep(0.5)
-        assert fired == [signal.SIGALRM]  # handed to the handler it replaced
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
 
 
 def test_subserver_config_crosses_typed_and_a_malformed_one_is_one_line() -> None:

@@ -10,6 +10,11 @@ algorithms (R-Stitch) where a request may stay on a peer, each iteration steps e
 Admission reserves each request's worst-case KV on every model it may visit (runtime/admission.py, the
 subserver scheduler's rule), so however many requests arrive at once no step overflows a pool.
 
+The routing algorithm is guarded as in the TokenRouter runtime (runtime/plugin_guard.py): a plugin call that
+raises or returns what the protocol cannot use fails only the requests of that call, blaming the algorithm;
+route() has runtime.route_timeout_s (checked when it returns: the driver is a thread), and a request may go
+runtime.max_handoffs_per_token hand-offs without a committed token.
+
 The driver is one thread that loops over rounds by itself (the asyncio loop only hands it requests and gets
 results back), so the baseline pays no event-loop hop per round; new requests join between rounds.
 """
@@ -34,6 +39,13 @@ from tokenrouter.errors import UserError
 from tokenrouter.finish import banned_ids
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.admission import KVBudget
+from tokenrouter.runtime.plugin_guard import (
+    RouteClock,
+    RouteOverBudget,
+    algorithm_error,
+    call_failure,
+    destinations,
+)
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
 from tokenrouter.trace.record import BatchRecorder, TraceLog
@@ -54,6 +66,7 @@ class _Active:
     at: int = 0  # the model holding the request now
     committed: list[int] = field(default_factory=list)  # per model: tokens it committed
     handoffs: int = 0
+    stalled: int = 0  # hand-offs since its last committed token (runtime.max_handoffs_per_token)
     arrival_s: float = 0.0
     first_token_s: float | None = None
     commits: list[tuple[float, int, str]] = field(default_factory=list)  # GenerationResult.commits
@@ -99,6 +112,9 @@ class LockstepSystem(ServingSystem):
             if runtime.trace else None
         self._recorders = [BatchRecorder(m, runtime.trace_max_batches) for m in range(len(models))] \
             if runtime.trace else []
+        # route()'s budget, checked when it returns: the driver is a thread, and an interrupt would land on the
+        # event loop's thread instead
+        self._clocks = [RouteClock(runtime.route_timeout_s, interrupt=False) for _ in models]
 
     # -- life cycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -294,13 +310,15 @@ class LockstepSystem(ServingSystem):
         self._stats[m].steps += 1
         self._stats[m].busy_s += engine_s
         self._stats[m].rows += len(rows)
-        step = StepResult(m, views, list(out.next_tokens), out.logits, out.hidden)
-        dests = algo.route(step)
+        dests = self._route(m, rows, StepResult(m, views, list(out.next_tokens), out.logits, out.hidden))
         for a, view, token, dest in zip(rows, views, out.next_tokens, dests, strict=True):
-            if not 0 <= dest < len(self.engines):
-                self._fail(a, f"algorithm {algo.name!r} routed to unknown model index {dest}")
+            if dest is None:  # the algorithm failed it
                 continue
-            settled = handoff.settle(algo, view, dest, int(token), self._stop_ids(a))
+            try:  # keeps_token(), the algorithm's, on a hand-off
+                settled = handoff.settle(algo, view, dest, int(token), self._stop_ids(a))
+            except Exception as exc:
+                self._fail(a, self._algorithm_error(m, call_failure("keeps_token()", exc)))
+                continue
             if settled.committed:
                 self._committed(a, m)
             if settled.finish:
@@ -310,6 +328,27 @@ class LockstepSystem(ServingSystem):
         if self._trace is not None:
             self._trace_step(m, rows, items, launched, engine_s, stats.tokens_committed - committed,
                              stats.handoffs_sent - handoffs)
+
+    def _route(self, m: int, rows: list[_Active], step: StepResult) -> list[int | None]:
+        """route() under the plugin guard, as in a subserver: per row its destination, or None where the algorithm
+        failed the row (it is failed). A route() that raises is asked again row by row, so only the rows it fails
+        on fail; one past runtime.route_timeout_s fails them all (asking again would stall every request again)."""
+        try:
+            return list(destinations(self._clocks[m].call(self.algorithms[m].route, step), len(rows),
+                                     len(self.engines)))
+        except RouteOverBudget:
+            error = self._algorithm_error(m, f"route() ran past runtime.route_timeout_s={self._clocks[m].budget_s:g} s")
+            for a in rows:
+                self._fail(a, error)
+            return [None] * len(rows)
+        except Exception as exc:
+            if len(rows) == 1:
+                self._fail(rows[0], self._algorithm_error(m, call_failure("route()", exc)))
+                return [None]
+        return [self._route(m, [a], _one_row(step, i))[0] for i, a in enumerate(rows)]
+
+    def _algorithm_error(self, m: int, what: str) -> str:
+        return algorithm_error(self.algorithms[m].name, self.model_names[m], what)
 
     def _trace_step(self, m: int, rows: list[_Active], items: list[StepItem], launched: float, engine_s: float,
                     committed: int, handoffs: int) -> None:
@@ -329,6 +368,7 @@ class LockstepSystem(ServingSystem):
 
     def _committed(self, a: _Active, m: int) -> None:
         a.committed[m] += 1
+        a.stalled = 0
         self._stats[m].tokens_committed += 1
         now = time.perf_counter()
         a.commits.append((now, 1, self.model_names[m]))
@@ -336,15 +376,27 @@ class LockstepSystem(ServingSystem):
             a.first_token_s = now
 
     def _hand_off(self, a: _Active, src: int, dest: int) -> None:
+        """Hand `a` from model `src` to `dest`; fail it instead when the algorithm's send() or receive() fails, or
+        when it went runtime.max_handoffs_per_token hand-offs without a committed token (it would loop forever)."""
+        if a.stalled >= self.runtime.max_handoffs_per_token:
+            self._fail(a, self._algorithm_error(src, f"the request was handed off {a.stalled} times without a "
+                                                     "committed token (runtime.max_handoffs_per_token)"))
+            return
         view = a.views[src]
         assert view is not None
-        peer, valid = handoff.deliver(self.algorithms[src], self.algorithms[dest], view, a.views[dest])
+        try:
+            peer, valid = handoff.deliver(self.algorithms[src], self.algorithms[dest], view, a.views[dest])
+        except handoff.PluginCallFailed as failed:
+            self._fail(a, self._algorithm_error(src if failed.call == "send()" else dest,
+                                                call_failure(failed.call, failed.cause)))
+            return
         a.views[dest] = peer
         if a.fed[dest] > valid:  # the peer's KV holds tokens the message replaced: roll back
             a.fed[dest] = valid
             self.engines[dest].truncate(a.rid, valid)
         a.at = dest
         a.handoffs += 1
+        a.stalled += 1
         self._stats[src].handoffs_sent += 1
 
     def _finish(self, a: _Active, reason: str) -> None:
@@ -383,6 +435,13 @@ class LockstepSystem(ServingSystem):
             error=a.error,
             commits=a.commits,
         )
+
+
+def _one_row(step: StepResult, i: int) -> StepResult:
+    """Row `i` of a step, as route() would see it had the request stepped alone."""
+    return StepResult(step.model_index, step.requests[i:i + 1], step.next_tokens[i:i + 1],
+                      None if step.logits is None else step.logits[i:i + 1],
+                      None if step.hidden is None else step.hidden[i:i + 1])
 
 
 ENGINE_PROCESSES = ("auto", "shared", "own")

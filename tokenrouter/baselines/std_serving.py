@@ -21,10 +21,12 @@ own scheduler stage timers (prefix matching and KV allocation, the forward, radi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,7 @@ import torch
 
 from tokenrouter import handoff
 from tokenrouter.algorithms import algorithm_class, build_algorithm
-from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult
+from tokenrouter.api import AlgorithmFailure, RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.baselines.http_model import (
     generate_body,
     http_client,
@@ -51,6 +53,7 @@ from tokenrouter.engine.factory import prepare_models
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir
+from tokenrouter.runtime.plugin_guard import algorithm_error, call_failure, destinations
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
 from tokenrouter.trace.chrome import records_from_chrome
@@ -300,10 +303,11 @@ class StdServingSystem(ServingSystem):
             if self.logits_from_hidden and step.hidden is not None:
                 step.logits = self.infos[at].logits(step.hidden)
             algo = self.algorithms[at]
-            dest = algo.route(StepResult(at, [view], [step.token], step.logits, step.hidden))[0]
-            if not 0 <= dest < len(self.specs):
-                raise UserError(f"algorithm {algo.name!r} returned destination {dest} for {len(self.specs)} models")
-            settled = handoff.settle(algo, view, dest, step.token, stop)
+            with self._blamed(at, "route()"):
+                [dest] = destinations(algo.route(StepResult(at, [view], [step.token], step.logits, step.hidden)), 1,
+                                      len(self.specs))
+            with self._blamed(at, "keeps_token()"):
+                settled = handoff.settle(algo, view, dest, step.token, stop)
             if settled.committed:
                 per_model[at] += 1
                 self._committed[at] += 1
@@ -311,7 +315,11 @@ class StdServingSystem(ServingSystem):
                 first_token = first_token or commits[-1][0]
             reason = settled.finish
             if settled.peer is not None:
-                views[dest], _ = handoff.deliver(algo, self.algorithms[dest], view, views[dest])  # no KV here
+                try:
+                    views[dest], _ = handoff.deliver(algo, self.algorithms[dest], view, views[dest])  # no KV here
+                except handoff.PluginCallFailed as failed:
+                    raise self._failure(at if failed.call == "send()" else dest, call_failure(failed.call,
+                                                                                              failed.cause)) from None
                 handoffs += 1
                 self._handoffs[at] += 1
                 at = dest
@@ -324,6 +332,17 @@ class StdServingSystem(ServingSystem):
             tokens_per_model=dict(zip(self.model_names, per_model, strict=True)), handoffs=handoffs,
             arrival_s=arrival, first_token_s=first_token, finish_s=time.perf_counter(), commits=commits,
         )
+
+    @contextlib.contextmanager
+    def _blamed(self, model: int, call: str) -> Iterator[None]:
+        """A plugin call on `model`'s side: what it raises fails this request alone, blaming the algorithm."""
+        try:
+            yield
+        except Exception as exc:
+            raise self._failure(model, call_failure(call, exc)) from None
+
+    def _failure(self, model: int, what: str) -> AlgorithmFailure:
+        return AlgorithmFailure(algorithm_error(self.algorithms[model].name, self.model_names[model], what))
 
     async def _one_token(self, model: int, view: RouterRequest, stop: set[int]) -> _Step:
         """POST the whole prefix to `model`'s server for one token (and what route() needs)."""
