@@ -176,7 +176,8 @@ class RuntimeConfig:
     # subservers' start-up (loading + latency profile); Hub downloads happen before it starts counting
     startup_timeout_s: float = 600.0
     # one route() call may take this long (a step's decisions take microseconds to milliseconds); past it, the
-    # call is interrupted and its requests fail with a routing-algorithm error (0: no bound)
+    # call is interrupted (subservers; lock-step and Std. Serving check it when the call returns) and its requests
+    # fail with a routing-algorithm error (0: no bound)
     route_timeout_s: float = 1.0
     # a request handed off this many times in a row without a committed token fails (an algorithm's hand-off loop)
     max_handoffs_per_token: int = 100

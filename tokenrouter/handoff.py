@@ -77,6 +77,24 @@ def hand_off(algo: RoutingAlgorithm, req: RouterRequest, peer: int) -> Outgoing:
     return Outgoing(msg, first)
 
 
+def overrides_send(algo: RoutingAlgorithm) -> bool:
+    """Whether `algo` builds its own messages (the default send() needs no wire check)."""
+    return type(algo).send is not RoutingAlgorithm.send
+
+
+def check_wire(msg: PeerRequest) -> None:
+    """A message from an overriding send() as the peer will decode it: wrong field types or values msgpack cannot
+    carry would otherwise fail the whole frame at the peer, and with it every hand-off it holds."""
+    try:
+        _PEER_REQUEST.decode(_ENCODE(msg))
+    except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"send() built a message no peer can read: {exc}") from None
+
+
+_PEER_REQUEST = msgspec.msgpack.Decoder(PeerRequest)
+_ENCODE = msgspec.msgpack.Encoder().encode
+
+
 def _bad_message(msg: object, req: RouterRequest) -> str:
     if not isinstance(msg, PeerRequest):
         return f"send() returned {type(msg).__name__}, not a PeerRequest"
@@ -126,12 +144,14 @@ def deliver(sender: RoutingAlgorithm, receiver: RoutingAlgorithm, req: RouterReq
     then `first_contact()` if the receiver has no view yet and `receive()` on it, exactly as between two
     subservers. Returns the receiver's view and its KV truncation point; PluginCallFailed names the call that
     failed."""
-    try:
+    try:  # what the message would do at a peer in another process, it does here: fail this request alone
         out = hand_off(sender, req, receiver.model_index)
+        if overrides_send(sender):
+            check_wire(out.msg)
+        if peer_view is None:
+            peer_view = first_contact(out.msg, req.max_new_tokens, req.sampling, req.seed, req.min_new_tokens)
     except Exception as exc:
         raise PluginCallFailed("send()", exc) from exc
-    if peer_view is None:
-        peer_view = first_contact(out.msg, req.max_new_tokens, req.sampling, req.seed, req.min_new_tokens)
     try:
         return peer_view, receive(receiver, out.msg, peer_view, sender.model_index)
     except Exception as exc:

@@ -163,7 +163,9 @@ def test_a_bug_in_any_plugin_call_fails_only_its_requests() -> None:
     keeps_token(), send() or receive(), a bad destination or hand-off message fails only its own request, with
     a line blaming the algorithm, while innocent requests in the same batches finish in full; a request handed
     back and forth without a committed token stops at runtime.max_handoffs_per_token; a slow route() fails at
-    runtime.route_timeout_s. Before, a bad call failed its whole batch ("step failed"), and the loop never ended."""
+    runtime.route_timeout_s; a step that fails on one request's input steps the others again alone; a BaseException
+ends the driver and fails every request. Before, a bad call failed its whole batch ("step failed"), the loop
+never ended, and a BaseException left every client waiting."""
     import asyncio
 
     from tokenrouter.baselines.lockstep import LockstepSystem
@@ -177,28 +179,35 @@ def test_a_bug_in_any_plugin_call_fails_only_its_requests() -> None:
 
     async def scenario() -> tuple[list, list]:
         system = LockstepSystem(specs, AlgorithmSpec(bad.__name__, {"route_prob": 0.3}),
-                                RuntimeConfig(route_timeout_s=0.2, max_handoffs_per_token=8))
+                                RuntimeConfig(route_timeout_s=2.0, max_handoffs_per_token=8))
         await system.start()
         try:
             warm = await system.generate(GenerationRequest([5, 6, 7], max_new_tokens=4, seed=1, stop_token_ids=[]))
             assert warm.error is None  # each model's first route() (untimed) is behind us
-            seeds = [*range(1, 9), *faulty.values()]
+            seeds = [*range(1, 9), *faulty.values(), bad.BAD_TOKEN]
             results = await asyncio.gather(*(system.generate(GenerationRequest(
                 [5, 6, 7, s % 50], max_new_tokens=24, seed=s, index=i, stop_token_ids=[]))
                 for i, s in enumerate(seeds)))
             slow = await system.generate(GenerationRequest([5, 6], max_new_tokens=4, seed=bad.SLOW, stop_token_ids=[]))
-            return results[:8], [*results[8:], slow]
+            # an exception no guard catches (a BaseException) ends the driver: every request fails, none hangs
+            for seed in (bad.DEADLY, 1):
+                with pytest.raises(RuntimeError, match="lockstep driver failed: Deadly: the router process state"):
+                    await asyncio.wait_for(system.generate(GenerationRequest([5], max_new_tokens=2, seed=seed)), 30)
+            return results[:8], [*results[8:-1], slow], results[-1]
         finally:
             await system.close()
 
-    innocent, failed = asyncio.run(scenario())
+    innocent, failed, bad_token = asyncio.run(scenario())
     assert [(r.error, len(r.output_ids)) for r in innocent] == [(None, 24)] * 8
     words = {"route raises": "route() raised FloatingPointError", "float destination": "destination 1.5",
              "destination out of range": "destination 7", "destination count": "destinations for 1 requests",
              "keeps_token raises": "keeps_token() raised KeyError", "send raises": "send() raised RuntimeError",
              "receive raises": "receive() raised ValueError", "malformed message": "loc is str",
              "foreign message": "'someone-else'", "loop": "handed off 8 times without a committed token",
-             "slow": "route() ran past runtime.route_timeout_s=0.2 s"}
+             "slow": "route() ran past runtime.route_timeout_s=2 s"}
     for (what, _), result in zip([*faulty.items(), ("slow", bad.SLOW)], failed, strict=True):
         assert result.finish_reason == "error" and result.error.startswith("routing algorithm"), (what, result.error)
         assert words[what] in result.error, (what, result.error)
+    # the peer's step fails on the token (the request's fault, not the algorithm's): stepped alone, it fails alone
+    assert bad_token.error.startswith("model 'l' step failed: ValueError: sim model 'l': token id 1000000"), \
+        bad_token.error

@@ -169,24 +169,30 @@ def test_dispatcher_reads_only_the_embedding_and_head(monkeypatch: pytest.Monkey
 
 def test_a_bug_in_any_plugin_call_fails_only_its_request_and_blames_the_algorithm() -> None:
     """The dispatcher's plugin calls are guarded (runtime/plugin_guard.py): a raising or nonsensical route(),
-    keeps_token(), send() or receive() fails its own request with an AlgorithmFailure naming the call (an HTTP
-    500 / an error row in a benchmark, never the client's fault); the others finish."""
+    keeps_token(), send() or receive(), a hand-off loop (runtime.max_handoffs_per_token) and a route() past
+    runtime.route_timeout_s (checked when it returns) fail their own request with an AlgorithmFailure naming the
+    call (an HTTP 500 / an error row in a benchmark, never the client's fault); the others finish."""
     from tokenrouter.api import AlgorithmFailure
     from tokenrouter.config import ModelSpec, SimSpec
 
     from ..runtime.user_algorithms import misbehaving as bad
 
     specs = [ModelSpec(name=n, engine="sim", sim=SimSpec(latency_ms=0.0, seed=i)) for i, n in enumerate(("s", "l"))]
-    faulty = bad.SEEDS
+    faulty = {**bad.SEEDS, "loop": bad.LOOP}
 
     async def run() -> list:
-        std = StdServingSystem(specs, AlgorithmSpec(bad.__name__, {"route_prob": 0.3}), RuntimeConfig(),
-                               options=StdServingOptions())
+        std = StdServingSystem(specs, AlgorithmSpec(bad.__name__, {"route_prob": 0.3}),
+                               RuntimeConfig(route_timeout_s=2.0, max_handoffs_per_token=8), options=StdServingOptions())
         await std.start()
         try:
-            return await asyncio.gather(*(std.generate(GenerationRequest([5, 6, 7], max_new_tokens=12, seed=s,
-                                                                         stop_token_ids=[]))
-                                          for s in [1, 2, *faulty.values()]), return_exceptions=True)
+            await std.generate(GenerationRequest([5, 6], max_new_tokens=2, seed=1))  # the first route() is untimed
+            results = await asyncio.gather(*(std.generate(GenerationRequest([5, 6, 7], max_new_tokens=12, seed=s,
+                                                                            stop_token_ids=[]))
+                                             for s in [1, 2, *faulty.values()]), return_exceptions=True)
+            # alone: route() runs on the dispatcher's event loop, so a slow one holds every request in flight
+            slow = await asyncio.gather(std.generate(GenerationRequest([5], max_new_tokens=2, seed=bad.SLOW)),
+                                        return_exceptions=True)
+            return [*results, *slow]
         finally:
             await std.close()
 
@@ -196,8 +202,9 @@ def test_a_bug_in_any_plugin_call_fails_only_its_request_and_blames_the_algorith
              "destination out of range": "destination 7", "destination count": "2 destinations for 1 requests",
              "keeps_token raises": "keeps_token() raised KeyError",
              "send raises": "send() raised RuntimeError", "receive raises": "receive() raised ValueError",
-             "malformed message": "loc is str", "foreign message": "'someone-else'"}
-    for what, exc in zip(faulty, failed, strict=True):
+             "malformed message": "loc is str", "foreign message": "'someone-else'",
+             "loop": "handed off 8 times without a committed token", "slow": "route_timeout_s=2 s"}
+    for what, exc in zip([*faulty, "slow"], failed, strict=True):
         assert isinstance(exc, AlgorithmFailure), (what, exc)
         assert str(exc).startswith("routing algorithm 'misbehaving' failed on model") and words[what] in str(exc), \
             (what, str(exc))

@@ -71,8 +71,9 @@ def test_the_route_clock_keeps_another_timer_of_the_process() -> None:
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         clock = RouteClock(1.0)
-        assert clock.call(lambda step: [0], None) == [0]
-        assert 0.2 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.3  # still due, not cancelled
+        assert clock.call(lambda step: [0], None) == [0]  # the first call: untimed, the timer not touched
+        assert clock.call(lambda step: [0], None) == [0]  # timed: armed for 1 s, then the other deadline put back
+        assert 0.2 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.3  # still due, not cancelled or moved to 1 s
         time.sleep(0.5)
         assert fired == [signal.SIGALRM]  # handed to the handler it replaced
     finally:
@@ -86,3 +87,19 @@ def test_a_failed_call_is_one_line_that_blames_the_algorithm() -> None:
     assert call_failure("route()", ProtocolError("route() returned 1 destinations for 2 requests")) == \
         "route() returned 1 destinations for 2 requests"  # it says itself what is wrong
     assert len(algorithm_error("mine", "small", "x" * 1000)) == 300 and "\n" not in algorithm_error("m", "s", "a\nb")
+
+
+def test_a_route_that_is_slow_and_then_raises_is_over_budget() -> None:
+    """Without the interrupt (lock-step's driver thread, Std. Serving's event loop) the duration decides, also for
+    a call that raised: a caller that asks a failed route() again, request by request, must not wait again."""
+    clock = RouteClock(0.05, interrupt=False)
+    clock.call(lambda step: [0], None)
+
+    def fails(step: object, after_s: float = 0.0) -> list[int]:
+        time.sleep(after_s)
+        raise ValueError("NaN")
+
+    with pytest.raises(RouteOverBudget):
+        clock.call(lambda step: fails(step, 0.1), None)
+    with pytest.raises(ValueError, match="NaN"):  # a quick failure stays the plugin's own error
+        clock.call(fails, None)

@@ -190,7 +190,7 @@ class LockstepSystem(ServingSystem):
         try:
             while self._round(waiting):
                 pass
-        except Exception as exc:  # noqa: BLE001 - a driver bug must fail requests, not leave clients hanging
+        except BaseException as exc:  # a driver bug, or a plugin's BaseException: fail requests, leave none hanging
             self._dead = f"lockstep driver failed: {type(exc).__name__}: {exc}"
             for a in self._active + waiting:
                 self._fail_now(a, self._dead)
@@ -264,11 +264,28 @@ class LockstepSystem(ServingSystem):
         for m in range(len(self.engines)):
             rows = [a for a in active if a.at == m and a.finish_reason is None]
             for chunk in self._chunks(rows, m):
-                try:
-                    self._step(m, chunk)
-                except Exception as exc:  # the engine failed: fail this step's requests, keep serving others
-                    for a in chunk:
-                        self._fail(a, f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}")
+                self._step_isolated(m, chunk)
+
+    def _step_isolated(self, m: int, chunk: list[_Active]) -> None:
+        """`_step`; where the engine step fails, each request steps again alone from where its KV was, so only the
+        request that makes a step fail (a bad sampling parameter, a token id a peer's send() made up) fails, as in
+        a subserver."""
+        try:
+            self._step(m, chunk)
+        except _EngineStepFailed as failed:
+            if len(chunk) == 1:
+                exc = failed.cause
+                self._fail(chunk[0], f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}")
+                return
+            engine = self.engines[m]
+            for a in chunk:
+                if engine.seq_len(a.rid) > a.fed[m]:
+                    engine.truncate(a.rid, a.fed[m])
+                self._step_isolated(m, [a])
+        except Exception as exc:  # noqa: BLE001 - a bug after the step: its requests fail, the others go on
+            for a in chunk:
+                if a.finish_reason is None:
+                    self._fail(a, f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}")
 
     def _chunks(self, rows: list[_Active], m: int) -> list[list[_Active]]:
         """Split a model's rows so no step exceeds the token budget (a prefill can be long)."""
@@ -303,7 +320,10 @@ class LockstepSystem(ServingSystem):
                  for a, v in zip(rows, views, strict=True)]
         stats = self._stats[m]
         committed, handoffs, t0 = stats.tokens_committed, stats.handoffs_sent, time.perf_counter()
-        out = engine.step(items, algo.needs.step_outputs)
+        try:
+            out = engine.step(items, algo.needs.step_outputs)
+        except Exception as exc:
+            raise _EngineStepFailed(exc) from exc
         engine_s = time.perf_counter() - t0
         for a, v in zip(rows, views, strict=True):
             a.fed[m] = v.seq_len
@@ -435,6 +455,14 @@ class LockstepSystem(ServingSystem):
             error=a.error,
             commits=a.commits,
         )
+
+
+class _EngineStepFailed(Exception):
+    """The engine's step raised `cause`: the rows' KV may hold part of the step."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def _one_row(step: StepResult, i: int) -> StepResult:

@@ -53,7 +53,13 @@ from tokenrouter.engine.factory import prepare_models
 from tokenrouter.errors import UserError
 from tokenrouter.generation import GenerationRequest, GenerationResult
 from tokenrouter.runtime.ipc import private_dir
-from tokenrouter.runtime.plugin_guard import algorithm_error, call_failure, destinations
+from tokenrouter.runtime.plugin_guard import (
+    RouteClock,
+    RouteOverBudget,
+    algorithm_error,
+    call_failure,
+    destinations,
+)
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
 from tokenrouter.trace.chrome import records_from_chrome
@@ -211,6 +217,8 @@ class StdServingSystem(ServingSystem):
         self.model_names = [m.name for m in models]
         self.algorithm_spec = algorithm
         self.runtime = runtime
+        # route()'s budget, checked when it returns (it runs on the event loop, which an interrupt would break)
+        self._clocks = [RouteClock(runtime.route_timeout_s, interrupt=False) for _ in models]
         self.seed = seed
         self.want_logits, self.want_hidden = self.opts.outputs(algorithm.name)
         # An SGLang server returns hidden states but no logits: the dispatcher applies the model's output head
@@ -292,7 +300,7 @@ class StdServingSystem(ServingSystem):
                                  min_new_tokens=req.min_new_tokens)
         stop = set(self.eos_ids if req.stop_token_ids is None else req.stop_token_ids)
         per_model = [0] * len(self.specs)
-        at, handoffs, first_token, reason = 0, 0, None, ""
+        at, handoffs, stalled, first_token, reason = 0, 0, 0, None, ""
         commits: list[tuple[float, int, str]] = []
         while not reason:
             t0, src = time.perf_counter(), at
@@ -304,17 +312,23 @@ class StdServingSystem(ServingSystem):
                 step.logits = self.infos[at].logits(step.hidden)
             algo = self.algorithms[at]
             with self._blamed(at, "route()"):
-                [dest] = destinations(algo.route(StepResult(at, [view], [step.token], step.logits, step.hidden)), 1,
-                                      len(self.specs))
+                [dest] = destinations(self._clocks[at].call(algo.route, StepResult(at, [view], [step.token],
+                                                                                   step.logits, step.hidden)),
+                                      1, len(self.specs))
             with self._blamed(at, "keeps_token()"):
                 settled = handoff.settle(algo, view, dest, step.token, stop)
             if settled.committed:
+                stalled = 0
                 per_model[at] += 1
                 self._committed[at] += 1
                 commits.append((time.perf_counter(), 1, self.model_names[at]))
                 first_token = first_token or commits[-1][0]
             reason = settled.finish
             if settled.peer is not None:
+                if stalled >= self.runtime.max_handoffs_per_token:  # a hand-off loop would never end
+                    raise self._failure(at, f"the request was handed off {stalled} times without a committed token "
+                                            "(runtime.max_handoffs_per_token)")
+                stalled += 1
                 try:
                     views[dest], _ = handoff.deliver(algo, self.algorithms[dest], view, views[dest])  # no KV here
                 except handoff.PluginCallFailed as failed:
@@ -338,6 +352,9 @@ class StdServingSystem(ServingSystem):
         """A plugin call on `model`'s side: what it raises fails this request alone, blaming the algorithm."""
         try:
             yield
+        except RouteOverBudget:
+            budget = self.runtime.route_timeout_s
+            raise self._failure(model, f"route() ran past runtime.route_timeout_s={budget:g} s") from None
         except Exception as exc:
             raise self._failure(model, call_failure(call, exc)) from None
 

@@ -33,10 +33,11 @@ REGISTRY = Registry("system", "tokenrouter.systems", SYSTEMS, dotted="package.mo
 # system name -> the config keys it never reads (a key, or a prefix ending in "."), so reports pair one of its
 # runs with a rival's whatever the rival's value there (tokenrouter.evals.comparable.place): one lock-step run is the
 # baseline of TokenRouter runs at every runtime.max_wait_ms. Lock-step is one in-process driver with no delayed
-# batching, subserver links or spinning: of `runtime` it reads the batch and step-token caps and the trace
-# switches; official R2R runs thu-nics/R2R's own server. Checked against what each system reads by
-# tests/evals/test_systems.py.
-LOCKSTEP_READS = ("max_batch_size", "max_step_tokens", "trace", "trace_max_batches")
+# batching, subserver links or spinning: of `runtime` it reads the batch and step-token caps, the trace
+# switches and the plugin guard's bounds (route() budget, hand-offs per committed token); official R2R runs
+# thu-nics/R2R's own server. Checked against what each system reads by tests/evals/test_systems.py.
+LOCKSTEP_READS = ("max_batch_size", "max_step_tokens", "trace", "trace_max_batches", "route_timeout_s",
+                  "max_handoffs_per_token")
 UNREAD_KEYS: dict[str, tuple[str, ...]] = {
     "lockstep": tuple(f"runtime.{f.name}" for f in fields(RuntimeConfig) if f.name not in LOCKSTEP_READS),
     "official_r2r": ("runtime.",),

@@ -58,6 +58,10 @@ class RouteClock:
             other = signal.setitimer(signal.ITIMER_REAL, self.budget_s)[0]
         try:
             dests = route(step)
+        except Exception:
+            if time.perf_counter() - start > self.budget_s:  # slow, then failed: over budget all the same (a
+                raise RouteOverBudget from None  # caller that retries a failed call must not wait that long again)
+            raise
         finally:
             if self._timer:
                 try:

@@ -87,19 +87,6 @@ ABORT_MEMORY_S = 60.0  # how long an aborted id is remembered (late peer frames 
 MEDIAN_PERIOD_S = 0.2  # overhead median recomputed at most this often
 
 
-_PEER_REQUEST = msgspec.msgpack.Decoder(PeerRequest)
-_ENCODE = msgspec.msgpack.Encoder().encode
-
-
-def check_wire(msg: PeerRequest) -> None:
-    """A message from an overriding send() as the peer will decode it: wrong field types or values msgpack cannot
-    carry would otherwise fail the whole frame at the peer, and with it every hand-off it holds."""
-    try:
-        _PEER_REQUEST.decode(_ENCODE(msg))
-    except (msgspec.MsgspecError, TypeError, ValueError, OverflowError) as exc:
-        raise handoff.ProtocolError(f"send() built a message no peer can read: {exc}") from None
-
-
 class SubserverConfig(msgspec.Struct, frozen=True):
     """Everything a subserver process needs, typed: the front end encodes it once (children.spawn, msgpack on
     stdin, no pickle of our objects) and the subserver decodes it once (children.decode_config), into these
@@ -179,7 +166,7 @@ class Subserver:
         self.active_n = 0  # the global active count N (last Active)
         self.clock = RouteClock(rt.route_timeout_s)
         self.max_stalled = rt.max_handoffs_per_token
-        self.check_sends = type(algo).send is not RoutingAlgorithm.send  # the default send() needs no wire check
+        self.check_sends = handoff.overrides_send(algo)
         self._logged: set[tuple[str, str]] = set()  # (call, exception type) whose traceback went to stderr
 
     # ---- the loop ------------------------------------------------------------------------------------------
@@ -466,7 +453,7 @@ class Subserver:
         try:
             out = handoff.hand_off(self.algo, e.req, dest)
             if self.check_sends:
-                check_wire(out.msg)
+                handoff.check_wire(out.msg)
         except Exception as exc:
             self.fail(e.req.rid, self.plugin_error("send()", exc), algorithm=True)
             return

@@ -26,6 +26,7 @@ SLOW = 109  # route() sleeps 5 s
 LOOP = 110  # handed back and forth without ever committing a token
 DEADLY = 111  # route() raises a BaseException: the subserver dies (one line to the client, traceback to the log)
 LATE = 112  # send() raises on a hand-off after three committed tokens: a stream fails midway
+BAD_TOKEN = 113  # send() passes a token id no vocabulary has: the peer's step fails on it (the request's fault)
 SEEDS = {"route raises": RAISES, "float destination": FLOAT, "destination out of range": OUT_OF_RANGE,
          "destination count": EXTRA, "keeps_token raises": KEEPS, "send raises": SEND, "receive raises": RECEIVE,
          "malformed message": MALFORMED, "foreign message": FOREIGN}
@@ -54,7 +55,7 @@ class Misbehaving(Bernoulli):
             time.sleep(5.0)
         dests: list[Any] = super().route(step)
         for i, seed in enumerate(seeds):
-            if seed in (KEEPS, SEND, RECEIVE, MALFORMED, FOREIGN, LOOP) or (seed == LATE and
+            if seed in (KEEPS, SEND, RECEIVE, MALFORMED, FOREIGN, LOOP, BAD_TOKEN) or (seed == LATE and
                                                                            step.requests[i].position >= 3):
                 dests[i] = 1 - self.model_index  # hand off
             elif seed == FLOAT:
@@ -76,6 +77,8 @@ class Misbehaving(Bernoulli):
             msg.loc = "here"  # type: ignore[assignment]
         elif req.seed == FOREIGN:
             msg.rid = "someone-else"
+        elif req.seed == BAD_TOKEN:
+            msg.token_ids = [*msg.token_ids, 10**6]
         return msg
 
     def receive(self, msg: PeerRequest, req: RouterRequest) -> None:
