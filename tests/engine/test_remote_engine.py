@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tokenrouter.baselines.lockstep import LockstepSystem, own_processes
-from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
+from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig, SimSpec
 from tokenrouter.engine.base import EngineFailure, StepItem
 from tokenrouter.engine.factory import build_engine
 from tokenrouter.engine.remote import RemoteEngine
@@ -86,3 +86,28 @@ def _lockstep_outputs(mode: str) -> list[list[int]]:
 
 def test_lockstep_with_peers_in_their_own_processes_gives_the_same_tokens() -> None:
     assert _lockstep_outputs("own") == _lockstep_outputs("shared")
+
+
+def test_lockstep_whose_peer_process_dies_fails_every_request_and_serves_no_more() -> None:
+    """A dead engine cannot serve any request: the lock-step driver stops (as a subserver does on EngineFailure)
+    and every request in flight, queued or later fails with one line, instead of being stepped again alone."""
+    sim = [ModelSpec(name=n, engine="sim", sim=SimSpec(latency_ms=1.0, seed=i)) for i, n in enumerate(("s", "l"))]
+
+    async def go() -> tuple[list, str]:
+        system = LockstepSystem(sim, AlgorithmSpec("bernoulli", {"route_prob": 0.5}), RuntimeConfig(),
+                                engine_processes="own")
+        async with system:
+            peer = system.engines[1]
+            assert isinstance(peer, RemoteEngine)
+            peer._proc.kill()  # type: ignore[union-attr]
+            results = await asyncio.wait_for(asyncio.gather(*(system.generate(GenerationRequest(
+                [5, 6, 7], max_new_tokens=40, seed=i, stop_token_ids=[])) for i in range(4)), return_exceptions=True),
+                60)
+            later = await asyncio.gather(system.generate(GenerationRequest([5], max_new_tokens=2)),
+                                         return_exceptions=True)
+        return results, str(later[0])
+
+    results, later = asyncio.run(go())
+    assert all(isinstance(r, RuntimeError) and "lockstep driver failed: EngineFailure: model 'l'" in str(r)
+               for r in results), results
+    assert "lockstep driver failed: EngineFailure" in later

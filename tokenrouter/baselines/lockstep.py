@@ -32,7 +32,7 @@ from tokenrouter import handoff
 from tokenrouter.algorithms import build_algorithm
 from tokenrouter.api import RouterRequest, RoutingAlgorithm, StepResult
 from tokenrouter.config import AlgorithmSpec, ModelSpec, RuntimeConfig
-from tokenrouter.engine.base import Engine, StepItem
+from tokenrouter.engine.base import Engine, EngineFailure, StepItem
 from tokenrouter.engine.factory import build_engine, close_engines, prepare_models
 from tokenrouter.engine.remote import RemoteEngine
 from tokenrouter.errors import UserError
@@ -190,8 +190,15 @@ class LockstepSystem(ServingSystem):
         try:
             while self._round(waiting):
                 pass
-        except BaseException as exc:  # a driver bug, or a plugin's BaseException: fail requests, leave none hanging
+        except BaseException as exc:  # a broken engine, a driver bug, a plugin's BaseException: fail every request
             self._dead = f"lockstep driver failed: {type(exc).__name__}: {exc}"
+            while True:  # and those put in the inbox before _dead was set (generate() checks it after its put)
+                try:
+                    item = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    waiting.append(item)
             for a in self._active + waiting:
                 self._fail_now(a, self._dead)
             self._active = []
@@ -272,13 +279,15 @@ class LockstepSystem(ServingSystem):
         a subserver."""
         try:
             self._step(m, chunk)
+        except EngineFailure:  # the engine is gone (a TP rank, its own process): no request can be served any more
+            raise
         except _EngineStepFailed as failed:
             if len(chunk) == 1:
                 exc = failed.cause
                 self._fail(chunk[0], f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}")
                 return
             engine = self.engines[m]
-            for a in chunk:
+            for a in chunk:  # (an EngineFailure here, too, ends the driver)
                 if engine.seq_len(a.rid) > a.fed[m]:
                     engine.truncate(a.rid, a.fed[m])
                 self._step_isolated(m, [a])
@@ -322,6 +331,8 @@ class LockstepSystem(ServingSystem):
         committed, handoffs, t0 = stats.tokens_committed, stats.handoffs_sent, time.perf_counter()
         try:
             out = engine.step(items, algo.needs.step_outputs)
+        except EngineFailure:
+            raise
         except Exception as exc:
             raise _EngineStepFailed(exc) from exc
         engine_s = time.perf_counter() - t0

@@ -103,8 +103,9 @@ class SimEngine(Engine):
     def _append_and_sample(self, item: StepItem) -> int:
         hashes = self._prefix_hash.setdefault(item.rid, [])
         h = hashes[-1] if hashes else _mix(self.seed)
-        for tok in item.token_ids:
+        for i, tok in enumerate(item.token_ids):
             if not 0 <= tok < self.vocab_size:
+                self._used += i  # the tokens appended before it hold KV (a truncate or release gives them back)
                 raise ValueError(f"sim model {self.name!r}: token id {tok} outside vocab [0, {self.vocab_size})")
             h = _mix(h ^ (tok + 1))
             hashes.append(h)
