@@ -35,3 +35,21 @@ def test_a_missing_package_names_its_extra_and_the_node_environment(monkeypatch)
     assert line == ("system query_routing needs routellm, which this Python environment lacks (pip install "
                     "'.[routellm]', or make sglang-venv, the one environment for every shipped experiment, then "
                     "run from .venv-sglang)")
+
+
+def test_sglang_servers_need_an_interpreter_with_sglang_not_sglang_here(monkeypatch, tmp_path: Path) -> None:
+    """The SGLang servers of the baselines run from an interpreter of their own (.venv-sglang, or
+    $TOKENROUTER_SGLANG_PYTHON): the benchmark's environment need not import sglang, but one such interpreter
+    must exist."""
+    from tokenrouter.baselines import sglang_server
+
+    monkeypatch.setattr(preconditions.importlib.util, "find_spec", lambda name: None)  # nothing importable here
+    cfg = OmegaConf.create({"system": {"name": "std_serving", "server": "sglang"}, "algorithm": {"name": "bernoulli"},
+                            "models": {"name": "tiny", "members": [{"name": "small", "source": "p"}]}})
+    python = tmp_path / "python"
+    python.write_text("")
+    monkeypatch.setenv(sglang_server.PYTHON_ENV, str(python))
+    assert preconditions.missing_packages(cfg) == []
+    monkeypatch.setenv(sglang_server.PYTHON_ENV, str(tmp_path / "nope"))
+    (line,) = preconditions.missing_packages(cfg)
+    assert line.startswith("system std_serving (SGLang servers): $TOKENROUTER_SGLANG_PYTHON=") and "is not a file" in line

@@ -12,6 +12,7 @@ import importlib.util
 from typing import Any
 
 from tokenrouter.config import ModelSpec, model_specs
+from tokenrouter.errors import UserError
 
 # .venv-sglang is the GPU node's one environment (`.[node]`: SGLang, RouteLLM, the Hydra launchers and sweeper)
 NODE_HOW = "make sglang-venv, the one environment for every shipped experiment, then run from .venv-sglang"
@@ -79,8 +80,6 @@ def missing_packages(cfg: Any) -> list[str]:
     needs = []
     if system not in OWN_ENGINES and any(s.engine == "sglang" for s in specs):
         needs.append(("sglang", "engine sglang"))
-    if system.endswith("_sglang") or cfg.system.get("server") == "sglang":
-        needs.append(("sglang", f"system {system} (SGLang servers)"))
     if system.startswith("query_routing"):
         needs.append(("routellm", f"system {system}"))
     missing = {}
@@ -88,4 +87,22 @@ def missing_packages(cfg: Any) -> list[str]:
         if importlib.util.find_spec(module) is None:
             how = f"pip install '.[{EXTRAS[module]}]', or {NODE_HOW}"
             missing.setdefault(module, f"{what} needs {module}, which this Python environment lacks ({how})")
-    return list(missing.values())
+    servers = _sglang_servers(cfg, system)
+    return [*missing.values(), *([servers] if servers else [])]
+
+
+def _sglang_servers(cfg: Any, system: str) -> str | None:
+    """SGLang servers run from an interpreter of their own (`system.sglang.python`: .venv-sglang,
+    $TOKENROUTER_SGLANG_PYTHON, or this one if it has sglang): one must exist, whether or not this environment
+    can import sglang."""
+    if not (system.endswith("_sglang") or cfg.system.get("server") == "sglang"):
+        return None
+    from tokenrouter.baselines.sglang_server import sglang_python
+
+    block = cfg.system.get("sglang")
+    choice = block.get("python", "auto") if hasattr(block, "get") else "auto"
+    try:
+        sglang_python(str(choice))
+    except UserError as exc:
+        return f"system {system} (SGLang servers): {exc}"
+    return None
