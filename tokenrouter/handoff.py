@@ -129,12 +129,14 @@ def step_start(kv_len: int, seq_len: int) -> int:
 
 
 class PluginCallFailed(Exception):
-    """The algorithm's `call` (`send()` or `receive()`) raised `cause`, or returned what the protocol cannot use,
-    in a hand-off within one process: its caller fails the request and blames the algorithm."""
+    """The algorithm's `call` (`send()` or `receive()`) on model `model` (the sender's or the receiver's side)
+    raised `cause`, or returned what the protocol cannot use, in a hand-off within one process: its caller fails
+    the request and blames the algorithm."""
 
-    def __init__(self, call: str, cause: Exception) -> None:
+    def __init__(self, call: str, model: int, cause: Exception) -> None:
         super().__init__(f"{call}: {type(cause).__name__}: {cause}")
         self.call = call
+        self.model = model
         self.cause = cause
 
 
@@ -151,8 +153,8 @@ def deliver(sender: RoutingAlgorithm, receiver: RoutingAlgorithm, req: RouterReq
         if peer_view is None:
             peer_view = first_contact(out.msg, req.max_new_tokens, req.sampling, req.seed, req.min_new_tokens)
     except Exception as exc:
-        raise PluginCallFailed("send()", exc) from exc
+        raise PluginCallFailed("send()", sender.model_index, exc) from exc
     try:
         return peer_view, receive(receiver, out.msg, peer_view, sender.model_index)
     except Exception as exc:
-        raise PluginCallFailed("receive()", exc) from exc
+        raise PluginCallFailed("receive()", receiver.model_index, exc) from exc

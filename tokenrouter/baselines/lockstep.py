@@ -45,6 +45,7 @@ from tokenrouter.runtime.plugin_guard import (
     algorithm_error,
     call_failure,
     destinations,
+    handoff_loop,
 )
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
@@ -283,8 +284,7 @@ class LockstepSystem(ServingSystem):
             raise
         except _EngineStepFailed as failed:
             if len(chunk) == 1:
-                exc = failed.cause
-                self._fail(chunk[0], f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}")
+                self._fail(chunk[0], self._step_error(m, failed.cause))
                 return
             engine = self.engines[m]
             for a in chunk:  # (an EngineFailure here, too, ends the driver)
@@ -294,7 +294,7 @@ class LockstepSystem(ServingSystem):
         except Exception as exc:  # noqa: BLE001 - a bug after the step: its requests fail, the others go on
             for a in chunk:
                 if a.finish_reason is None:
-                    self._fail(a, f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}")
+                    self._fail(a, self._step_error(m, exc))
 
     def _chunks(self, rows: list[_Active], m: int) -> list[list[_Active]]:
         """Split a model's rows so no step exceeds the token budget (a prefill can be long)."""
@@ -368,7 +368,7 @@ class LockstepSystem(ServingSystem):
             return list(destinations(self._clocks[m].call(self.algorithms[m].route, step), len(rows),
                                      len(self.engines)))
         except RouteOverBudget:
-            error = self._algorithm_error(m, f"route() ran past runtime.route_timeout_s={self._clocks[m].budget_s:g} s")
+            error = self._algorithm_error(m, self._clocks[m].overrun)
             for a in rows:
                 self._fail(a, error)
             return [None] * len(rows)
@@ -377,6 +377,9 @@ class LockstepSystem(ServingSystem):
                 self._fail(rows[0], self._algorithm_error(m, call_failure("route()", exc)))
                 return [None]
         return [self._route(m, [a], _one_row(step, i))[0] for i, a in enumerate(rows)]
+
+    def _step_error(self, m: int, exc: Exception) -> str:
+        return f"model {self.model_names[m]!r} step failed: {type(exc).__name__}: {exc}"
 
     def _algorithm_error(self, m: int, what: str) -> str:
         return algorithm_error(self.algorithms[m].name, self.model_names[m], what)
@@ -410,16 +413,14 @@ class LockstepSystem(ServingSystem):
         """Hand `a` from model `src` to `dest`; fail it instead when the algorithm's send() or receive() fails, or
         when it went runtime.max_handoffs_per_token hand-offs without a committed token (it would loop forever)."""
         if a.stalled >= self.runtime.max_handoffs_per_token:
-            self._fail(a, self._algorithm_error(src, f"the request was handed off {a.stalled} times without a "
-                                                     "committed token (runtime.max_handoffs_per_token)"))
+            self._fail(a, self._algorithm_error(src, handoff_loop(a.stalled)))
             return
         view = a.views[src]
         assert view is not None
         try:
             peer, valid = handoff.deliver(self.algorithms[src], self.algorithms[dest], view, a.views[dest])
         except handoff.PluginCallFailed as failed:
-            self._fail(a, self._algorithm_error(src if failed.call == "send()" else dest,
-                                                call_failure(failed.call, failed.cause)))
+            self._fail(a, self._algorithm_error(failed.model, call_failure(failed.call, failed.cause)))
             return
         a.views[dest] = peer
         if a.fed[dest] > valid:  # the peer's KV holds tokens the message replaced: roll back

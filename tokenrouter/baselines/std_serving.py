@@ -59,6 +59,7 @@ from tokenrouter.runtime.plugin_guard import (
     algorithm_error,
     call_failure,
     destinations,
+    handoff_loop,
 )
 from tokenrouter.stats import ModelCounters
 from tokenrouter.system import ServingSystem, SystemSetup
@@ -326,14 +327,12 @@ class StdServingSystem(ServingSystem):
             reason = settled.finish
             if settled.peer is not None:
                 if stalled >= self.runtime.max_handoffs_per_token:  # a hand-off loop would never end
-                    raise self._failure(at, f"the request was handed off {stalled} times without a committed token "
-                                            "(runtime.max_handoffs_per_token)")
+                    raise self._failure(at, handoff_loop(stalled))
                 stalled += 1
                 try:
                     views[dest], _ = handoff.deliver(algo, self.algorithms[dest], view, views[dest])  # no KV here
                 except handoff.PluginCallFailed as failed:
-                    raise self._failure(at if failed.call == "send()" else dest, call_failure(failed.call,
-                                                                                              failed.cause)) from None
+                    raise self._failure(failed.model, call_failure(failed.call, failed.cause)) from None
                 handoffs += 1
                 self._handoffs[at] += 1
                 at = dest
@@ -353,8 +352,7 @@ class StdServingSystem(ServingSystem):
         try:
             yield
         except RouteOverBudget:
-            budget = self.runtime.route_timeout_s
-            raise self._failure(model, f"route() ran past runtime.route_timeout_s={budget:g} s") from None
+            raise self._failure(model, self._clocks[model].overrun) from None
         except Exception as exc:
             raise self._failure(model, call_failure(call, exc)) from None
 

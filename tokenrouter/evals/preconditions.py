@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from tokenrouter.config import ModelSpec, model_specs
+from tokenrouter.config import ModelSpec, model_specs, plain
 from tokenrouter.errors import UserError
 
 # .venv-sglang is the GPU node's one environment (`.[node]`: SGLang, RouteLLM, the Hydra launchers and sweeper)
@@ -97,12 +97,10 @@ def _sglang_servers(cfg: Any, system: str) -> str | None:
     can import sglang."""
     if not (system.endswith("_sglang") or cfg.system.get("server") == "sglang"):
         return None
-    from tokenrouter.baselines.sglang_server import sglang_python
+    from tokenrouter.baselines.sglang_server import SGLangServerOptions, sglang_python
 
-    block = cfg.system.get("sglang")
-    choice = block.get("python", "auto") if hasattr(block, "get") else "auto"
     try:
-        sglang_python(str(choice))
+        sglang_python(SGLangServerOptions.from_dict(plain(cfg.system.get("sglang")), f"system {system}").python)
     except UserError as exc:
         return f"system {system} (SGLang servers): {exc}"
     return None

@@ -46,6 +46,11 @@ class RouteClock:
         if callable(self._previous):
             self._previous(signum, frame)
 
+    @property
+    def overrun(self) -> str:
+        """What a route() call past the budget fails its requests with."""
+        return f"route() ran past runtime.route_timeout_s={self.budget_s:g} s"
+
     def call(self, route: Callable[[StepResult], Any], step: StepResult) -> Any:
         """`route(step)`, or RouteOverBudget if it ran past the budget."""
         if self.budget_s <= 0 or self._first:
@@ -108,6 +113,11 @@ def one_line(text: str, limit: int = ERROR_CHARS) -> str:
     """`text` on one line, at most `limit` characters."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def handoff_loop(stalled: int) -> str:
+    """What a request handed off runtime.max_handoffs_per_token times without a committed token fails with."""
+    return f"the request was handed off {stalled} times without a committed token (runtime.max_handoffs_per_token)"
 
 
 def algorithm_error(algorithm: str, model: str, what: str) -> str:

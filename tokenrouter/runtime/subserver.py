@@ -73,6 +73,7 @@ from tokenrouter.runtime.plugin_guard import (
     algorithm_error,
     call_failure,
     destinations,
+    handoff_loop,
     one_line,
 )
 from tokenrouter.runtime.scheduler import Entry, Scheduler
@@ -417,7 +418,7 @@ class Subserver:
             self.isolate(batch, kv_before, error, failure.algorithm)
             return
         self.io.report.over_budget += 1
-        error = self.algorithm_error(f"route() ran past runtime.route_timeout_s={self.clock.budget_s:g} s")
+        error = self.algorithm_error(self.clock.overrun)
         print(f"subserver {self.engine.name!r}: {error}; {len(batch)} request(s) failed", file=sys.stderr)
         for e in batch:
             self.fail(e.req.rid, error, algorithm=True)
@@ -446,9 +447,7 @@ class Subserver:
         """Send `e` to model `dest`; fail it instead when the algorithm's send() raises or builds a message no
         peer can use, or when `e` went runtime.max_handoffs_per_token hand-offs without a committed token."""
         if e.stalled >= self.max_stalled:
-            self.fail(e.req.rid, self.algorithm_error(
-                f"the request was handed off {e.stalled} times without a committed token "
-                "(runtime.max_handoffs_per_token)"), algorithm=True)
+            self.fail(e.req.rid, self.algorithm_error(handoff_loop(e.stalled)), algorithm=True)
             return
         try:
             out = handoff.hand_off(self.algo, e.req, dest)
